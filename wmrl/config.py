@@ -1,0 +1,201 @@
+"""Run configuration: typed dataclasses merged by OmegaConf, validated at load time.
+
+A run's config is ``WMRLConfig``: defaults live in the dataclasses below (the embedded default),
+a YAML file overrides some of them, and ``key=value`` command-line overrides come last::
+
+    cfg = load_config("configs/simulate.yaml", ["algorithm.anchor_frac=0.2", "algorithm.w_max=2"])
+
+Every section owns its ``validate(prefix)``; anything wrong raises :class:`ConfigError` naming the
+full key, the offending value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+VARIANTS: tuple[str, ...] = (
+    "grpo_real",  # every group really executed (the expensive reference)
+    "grpo_anchor_only",  # only the anchor groups, really executed (the fallback's reference)
+    "pure_wm",  # every group scored by the raw world model
+    "mixture",  # anchors + world model, no correction
+    "debias_only",  # anchors + isotonic-recalibrated world model, rho = 1
+    "denoise_only",  # anchors + raw world model, inverse-variance weights
+    "wmrl",  # both corrections
+)
+
+
+class ConfigError(ValueError):
+    """A config value is missing, unknown, of the wrong type or out of range."""
+
+
+# --------------------------------------------------------------------------- validation helpers
+
+
+def check_choice(key: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+
+
+def check_range(
+    key: str,
+    value: float,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """Check ``low <= value <= high`` (``<`` where open); NaN is always rejected."""
+    bad = isinstance(value, float) and math.isnan(value)
+    if low is not None:
+        bad = bad or (value <= low if low_open else value < low)
+    if high is not None:
+        bad = bad or (value >= high if high_open else value > high)
+    if bad:
+        lo = "-inf" if low is None else f"{low}"
+        hi = "inf" if high is None else f"{high}"
+        interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+        raise ConfigError(f"{key}={value!r} is out of range; allowed: {interval}")
+
+
+# --------------------------------------------------------------------------- algorithm section
+
+
+@dataclass
+class AlgorithmConfig:
+    """WMRL and its ablations (paper §3, constants from Appendix D)."""
+
+    variant: str = "wmrl"
+    # Fraction of the m groups per step that are anchor groups (really executed).
+    anchor_frac: float = 0.1
+    # At least this many anchor groups every step (Appendix D: "at least one group").
+    min_anchor_groups: int = 1
+    # Debiaser is the identity until this many pairs; first fit happens here.
+    min_pairs: int = 200
+    # Refit after every this many new pairs.
+    refit_every: int = 64
+    # eta^2 is measured on the most recent this-many anchor pairs (Appendix D, "recent window").
+    eta_window: int = 128
+    # Anchor weight rho is clipped to [1, w_max].
+    w_max: float = 4.0
+    groups_per_step: int = 8  # m
+    group_size: int = 8  # n
+    seed: int = 0
+
+    def validate(self, prefix: str = "algorithm") -> None:
+        check_choice(f"{prefix}.variant", self.variant, VARIANTS)
+        check_range(f"{prefix}.anchor_frac", self.anchor_frac, 0.0, 1.0, low_open=True)
+        check_range(f"{prefix}.min_anchor_groups", self.min_anchor_groups, 0)
+        check_range(f"{prefix}.min_pairs", self.min_pairs, 1)
+        check_range(f"{prefix}.refit_every", self.refit_every, 1)
+        check_range(f"{prefix}.eta_window", self.eta_window, 2)
+        check_range(f"{prefix}.w_max", self.w_max, 1.0)
+        check_range(f"{prefix}.groups_per_step", self.groups_per_step, 1)
+        # GRPO needs at least two trajectories per group for a non-trivial advantage.
+        check_range(f"{prefix}.group_size", self.group_size, 2)
+        if self.min_anchor_groups > self.groups_per_step:
+            raise ConfigError(
+                f"{prefix}.min_anchor_groups={self.min_anchor_groups} exceeds "
+                f"{prefix}.groups_per_step={self.groups_per_step}"
+            )
+
+
+# --------------------------------------------------------------------------- the whole run
+# Each part of the package owns its own section; those modules import this one only lazily.
+from wmrl.orchestration.config import LaunchConfig  # noqa: E402
+from wmrl.sandbox.config import SandboxConfig  # noqa: E402
+from wmrl.simulate.config import SimulatorConfig  # noqa: E402
+from wmrl.tasks.config import TasksConfig  # noqa: E402
+from wmrl.tracking.config import TrackingConfig  # noqa: E402
+
+SECTIONS = ("algorithm", "simulator", "tasks", "sandbox", "launch", "tracking")
+
+
+@dataclass
+class WMRLConfig:
+    # Human-readable run name; the run directory is <runs_root>/<run_name>.
+    run_name: str = "wmrl-default"
+    runs_root: str = "runs"
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def validate(self) -> None:
+        if not self.run_name or "/" in self.run_name:
+            raise ConfigError(f"run_name={self.run_name!r} must be a non-empty name without '/'")
+        for name in SECTIONS:
+            getattr(self, name).validate(name)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_root) / self.run_name
+
+
+def _explain(err: OmegaConfBaseException, schema: Any) -> ConfigError:
+    key = getattr(err, "full_key", None) or "?"
+    if isinstance(err, ConfigKeyError) or "not in" in str(err) or "Key '" in str(err):
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        node = OmegaConf.select(schema, parent) if parent else schema
+        allowed = sorted(node.keys()) if node is not None and hasattr(node, "keys") else []
+        where = f"section '{parent}'" if parent else "the top level"
+        return ConfigError(f"unknown config key '{key}'; keys allowed in {where}: {', '.join(allowed)}")
+    if isinstance(err, ValidationError):
+        msg = str(err).splitlines()[0]
+        default = OmegaConf.select(schema, key) if key != "?" else None
+        expected = type(default).__name__ if default is not None and not hasattr(default, "keys") else "a section"
+        return ConfigError(f"config key '{key}' has the wrong type (expected {expected}): {msg}")
+    return ConfigError(f"config key '{key}': {str(err).splitlines()[0]}")
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> WMRLConfig:
+    """Defaults <- YAML file <- ``key=value`` overrides; returns a validated ``WMRLConfig``."""
+    schema = OmegaConf.structured(WMRLConfig)
+    layers: list[Any] = [schema]
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            layers.append(OmegaConf.load(path))
+        except Exception as err:  # yaml.YAMLError and friends
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"overrides must look like key=value, got: {' '.join(bad)}")
+    try:
+        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(*layers)
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise _explain(err, schema) from err
+    cfg.validate()
+    return cfg
+
+
+def to_yaml(cfg: Any) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def to_flat_dict(cfg: Any) -> dict[str, Any]:
+    """``{"algorithm.w_max": 4.0, ...}``: for MLflow params and sweep tables."""
+    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            flat[prefix] = node
+
+    walk("", container)
+    return flat

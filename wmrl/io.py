@@ -1,0 +1,79 @@
+"""Crash-safe file primitives for shared storage (NFS/Lustre).
+
+Every file another process reads is written with :func:`atomic_write_bytes`: a temp file in the same
+directory, flushed and fsynced, then ``os.replace``-d into place, then the directory fsynced. A reader
+therefore sees either the old file, the new file, or no file, never a torn one. Temp files start with
+``.tmp-`` so that directory scans can skip (and later sweep) leftovers of a crashed writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(directory: Path) -> None:
+    """Persist a rename/creation inside ``directory`` (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n")
+
+
+def append_line_durable(path: Path, line: str) -> None:
+    """Append one newline-terminated record and fsync it (for append-only logs).
+
+    A crash can leave at most a torn *last* line; readers of such logs must skip a final line that
+    does not end in a newline or does not parse.
+    """
+    if "\n" in line:
+        raise ValueError("a log record must be a single line")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        handle.write(line.encode("utf-8") + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

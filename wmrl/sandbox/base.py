@@ -1,0 +1,58 @@
+"""The sandbox contract: run one untrusted solution, return a result record.
+
+A backend never grades and never sees the private side of a task; grading happens outside
+(``wmrl.grading``). Backends: ``bwrap`` (local default), ``apptainer`` (clusters),
+``subprocess`` (no isolation, opt-in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+STATUSES = ("ok", "error", "timeout", "killed")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    timeout_s: float = 1200.0
+    memory_mb: int = 8192
+    max_procs: int = 256
+    max_output_bytes: int = 1 << 20  # captured stdout/stderr beyond this are dropped
+    gpus: int = 0
+
+
+@dataclass
+class ExecutionResult:
+    status: str  # one of STATUSES
+    exit_code: int | None
+    wall_seconds: float
+    cpu_seconds: float
+    peak_memory_mb: float
+    stdout_tail: str
+    stderr_tail: str
+    traceback: str | None
+    # Path of the submission file the solution wrote, if any (inside work_dir, outside the sandbox view).
+    submission_path: str | None
+    backend: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ExecutionResult":
+        return cls(**data)
+
+
+class SandboxBackend(Protocol):
+    name: str
+
+    def run(self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits) -> ExecutionResult:
+        """Run ``code`` with ``DATA_DIR=public_dir`` (read-only) and a fresh writable ``work_dir``.
+
+        The solution writes its submission to ``SUBMISSION_PATH`` inside ``work_dir``.
+        Must never raise for anything the solution does; infrastructure failures may raise.
+        """
+        ...
