@@ -11,6 +11,15 @@ class TrackingConfig:
     # One SQLite writer per run is safe; several concurrent runs on NFS want a tracking server.
     uri: str = "sqlite:///mlflow.db"
     experiment: str = "wmrl"
+    # Where a new experiment stores artifacts; "" = next to a SQLite database, or the server's default.
+    artifact_location: str = ""
 
     def validate(self, prefix: str = "tracking") -> None:
-        pass
+        from wmrl.config import ConfigError
+
+        if self.enabled and "://" not in self.uri and not self.uri.startswith("file:"):
+            raise ConfigError(
+                f"{prefix}.uri={self.uri!r} is not a tracking URI; use e.g. sqlite:///mlflow.db or http://host:5000"
+            )
+        if self.enabled and not self.experiment:
+            raise ConfigError(f"{prefix}.experiment must be a non-empty name")

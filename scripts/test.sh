@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install everything and run the test suite: the README's test command, and what CI runs.
+#
+# As root (CI, a dev box) it also installs the system packages (bubblewrap, a single-node Slurm with
+# slurmdbd/MariaDB) and starts the local cluster, so that sandbox and Slurm tests run for real.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k calibration`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" = 0 ]; then
+    if ! command -v bwrap >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    fi
+    bash slurm/install-local.sh
+    bash slurm/start-local.sh
+else
+    command -v bwrap >/dev/null || echo "warning: bubblewrap (bwrap) is missing: sandbox tests will fail; apt-get install bubblewrap" >&2
+    command -v sinfo >/dev/null || echo "note: no Slurm on PATH; start one with 'sudo bash slurm/start-local.sh' to run the Slurm tests" >&2
+fi
+
+python3 -m venv .venv
+. .venv/bin/activate
+pip install -q --upgrade pip
+# torch's CPU wheel first where it lies on disk (see README); then the project with its test extra.
+pip install -q -e '.[test]'
+exec python -m pytest "$@"

@@ -1,0 +1,87 @@
+"""Config loading: defaults <- YAML <- key=value, and every bad input named at load time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wmrl.config import ConfigError, WMRLConfig, load_config, to_flat_dict, to_yaml
+
+
+def test_defaults_are_the_paper_constants() -> None:
+    cfg = load_config()
+    alg = cfg.algorithm
+    assert (alg.variant, alg.groups_per_step, alg.group_size) == ("wmrl", 8, 8)
+    assert (alg.min_pairs, alg.refit_every, alg.w_max, alg.min_anchor_groups) == (200, 64, 4.0, 1)
+
+
+def test_yaml_then_overrides_win_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("run_name: sweep-1\nalgorithm:\n  anchor_frac: 0.25\n  w_max: 2.0\n")
+    cfg = load_config(path, ["algorithm.w_max=3.5", "algorithm.variant=mixture"])
+    assert isinstance(cfg, WMRLConfig)
+    assert cfg.run_name == "sweep-1"
+    assert cfg.algorithm.anchor_frac == 0.25
+    assert cfg.algorithm.w_max == 3.5
+    assert cfg.algorithm.variant == "mixture"
+    assert cfg.run_dir == Path("runs/sweep-1")
+
+
+def test_dumped_yaml_loads_back_identically(tmp_path: Path) -> None:
+    cfg = load_config(None, ["algorithm.anchor_frac=0.3", "run_name=r"])
+    path = tmp_path / "dump.yaml"
+    path.write_text(to_yaml(cfg))
+    assert to_flat_dict(load_config(path)) == to_flat_dict(cfg)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algorithm.anchor_fraction=0.1", r"unknown config key 'algorithm.anchor_fraction'.*anchor_frac"),
+        ("algorithms.w_max=2", r"unknown config key 'algorithms'.*algorithm"),
+        ("algorithm.min_pairs=many", r"'algorithm.min_pairs' has the wrong type \(expected int\)"),
+        ("algorithm.anchor_frac=0", r"algorithm.anchor_frac=0.0 is out of range; allowed: \(0.0, 1.0\]"),
+        ("algorithm.anchor_frac=1.5", r"algorithm.anchor_frac=1.5 is out of range"),
+        ("algorithm.anchor_frac=nan", r"algorithm.anchor_frac=nan is out of range"),
+        ("algorithm.w_max=0.5", r"algorithm.w_max=0.5 is out of range; allowed: \[1.0, inf\)"),
+        ("algorithm.group_size=-1", r"algorithm.group_size=-1 is out of range"),
+        ("algorithm.groups_per_step=0", r"algorithm.groups_per_step=0 is out of range"),
+        ("algorithm.min_pairs=-5", r"algorithm.min_pairs=-5 is out of range"),
+        ("algorithm.variant=ppo", r"algorithm.variant='ppo' is not allowed; choose one of: grpo_real, .*wmrl"),
+        ("algorithm.min_anchor_groups=9", r"min_anchor_groups=9 exceeds algorithm.groups_per_step=8"),
+    ],
+)
+def test_bad_values_name_the_key_and_what_is_allowed(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_override_without_equals_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["algorithm.w_max"])
+
+
+def test_missing_and_malformed_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found: .*nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("algorithm: [unclosed\n")
+    with pytest.raises(ConfigError, match="broken.yaml: not valid YAML"):
+        load_config(broken)
+
+
+def test_unknown_key_in_yaml_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("algorithm:\n  wmax: 2\n")
+    with pytest.raises(ConfigError, match="algorithm.wmax"):
+        load_config(path)
+
+
+def test_cli_reports_config_errors_with_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from wmrl.cli.main import main
+
+    if "simulate" not in main.__globals__["build_parser"]().format_help():
+        pytest.skip("simulate subcommand not present")  # only during early development
+    assert main(["simulate", "algorithm.w_max=0"]) == 2
+    assert "algorithm.w_max=0.0 is out of range" in capsys.readouterr().err
