@@ -14,6 +14,8 @@ if [ "$(id -u)" = 0 ]; then
     fi
     bash slurm/install-local.sh
     bash slurm/start-local.sh
+    # With the cluster started by us, a Slurm test must fail rather than skip if it is down.
+    export WMRL_REQUIRE_SLURM=1
 else
     command -v bwrap >/dev/null || echo "warning: bubblewrap (bwrap) is missing: sandbox tests will fail; apt-get install bubblewrap" >&2
     command -v sinfo >/dev/null || echo "note: no Slurm on PATH; start one with 'sudo bash slurm/start-local.sh' to run the Slurm tests" >&2
@@ -22,6 +24,5 @@ fi
 python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
-# torch's CPU wheel first where it lies on disk (see README); then the project with its test extra.
 pip install -q -e '.[test]'
 exec python -m pytest "$@"
