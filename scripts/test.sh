@@ -8,11 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ]; then
-    if ! command -v bwrap >/dev/null; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
-    fi
-    bash slurm/install-local.sh
+    bash slurm/install-local.sh  # Slurm, slurmdbd, MariaDB, munge and bubblewrap
     bash slurm/start-local.sh
     # With the cluster started by us, a Slurm test must fail rather than skip if it is down.
     export WMRL_REQUIRE_SLURM=1

@@ -77,3 +77,38 @@ def append_line_durable(path: Path, line: str) -> None:
 def read_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def atomic_create_bytes(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it already exists; return whether this call created it.
+
+    The first writer wins and a later one never replaces it (temp file + fsync + ``os.link``, which
+    fails with EEXIST on every filesystem, NFS included). Where NFS retransmits a LINK whose first
+    reply was lost, the retry reports EEXIST although it succeeded: the temp file's link count
+    (2 if our link went through) tells the two apart.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+            created = True
+        except FileExistsError:
+            created = os.stat(tmp).st_nlink > 1
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    fsync_dir(path.parent)
+    return created
+
+
+def atomic_create_json(path: Path, obj: Any) -> bool:
+    data = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    return atomic_create_bytes(path, data.encode("utf-8"))

@@ -1,8 +1,9 @@
-"""Config section ``launch``: where the coordinator and the anchor workers run."""
+"""Config section ``launch``: where the coordinator and the anchor workers run, and the timing of the
+shared-storage exchange between them (leases, heartbeats, polling; see ``docs/run-directory.md``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 EXECUTORS = ("local", "slurm")
 
@@ -11,9 +12,111 @@ EXECUTORS = ("local", "slurm")
 class LaunchConfig:
     executor: str = "local"
     workers: int = 2
+    # A claimed request whose lease is not renewed for this long is returned to the queue. Must exceed
+    # the NFS attribute-cache time (acregmax, 60 s by default) plus a few heartbeats.
+    lease_s: float = 120.0
+    # Workers renew their lease and their heartbeat file this often.
+    heartbeat_s: float = 10.0
+    # A worker with nothing to do for this long exits (the array task ends and frees its GPU).
+    idle_timeout_s: float = 600.0
+    # Directory scans back off from poll_min_s to poll_max_s while nothing changes (no hot polling).
+    poll_min_s: float = 0.05
+    poll_max_s: float = 1.0
+    # A request is tried this many times (lease expiries, worker errors, quarantined results), then
+    # recorded as failed.
+    max_attempts: int = 3
+    # The coordinator's run lock is renewed this often and is stale after lock_stale_s without renewal.
+    lock_heartbeat_s: float = 10.0
+    lock_stale_s: float = 120.0
+    # Leftover temp files of crashed writers older than this are removed by the sweeper.
+    tmp_max_age_s: float = 3600.0
+
+    # ---- Slurm submission (launch.executor=slurm; see docs/orchestration.md). "" / 0 = not requested.
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    # Wall-time limits in minutes: the coordinator is requeued (and resumes) when it hits its limit.
+    coordinator_time_min: int = 1440
+    worker_time_min: int = 240
+    coordinator_gpus: int = 0
+    coordinator_cpus: int = 2
+    coordinator_mem_gb: float = 0.0
+    # Per array task (one worker = one anchor execution at a time).
+    worker_gpus: int = 0
+    worker_cpus: int = 1
+    worker_mem_gb: float = 0.0
+    # The array's "%" throttle: at most this many worker tasks run at once (0 = all of them).
+    array_parallelism: int = 0
+    # Extra sbatch options for both jobs, one per item: "--constraint=a100" or "#SBATCH --exclusive".
+    extra_sbatch: list[str] = field(default_factory=list)
+    # Shell lines run in the job before the Python command (module load ..., source venv/bin/activate).
+    setup: list[str] = field(default_factory=list)
+    # Interpreter the jobs run ("" = the one that runs `wmrl launch`).
+    python: str = ""
+    # Slurm sends SIGUSR2 this many seconds before the time limit; the coordinator checkpoints then.
+    signal_delay_s: int = 120
+    # The coordinator also saves on its own once less than this remains of its allocation (counted from
+    # the job's real start time), so a signal that comes late or never still finds a fresh checkpoint.
+    checkpoint_margin_s: float = 300.0
+    # ... and at least this often.
+    checkpoint_every_s: float = 1800.0
+    # Times the coordinator may be requeued after a time-out before giving up (preemptions are free).
+    max_requeues: int = 50
+    # The coordinator resubmits the worker array when work is queued and no worker task is alive.
+    resubmit_workers: bool = True
+    # What workers do with a request ("module:factory", wmrl.orchestration.work): the sandbox + grader,
+    # or e.g. wmrl.orchestration.work:python_work for a dry run of the plumbing.
+    work: str = "wmrl.orchestration.work:real_work"
 
     def validate(self, prefix: str = "launch") -> None:
-        from wmrl.config import check_choice, check_range
+        from wmrl.config import ConfigError, check_choice, check_range
 
         check_choice(f"{prefix}.executor", self.executor, EXECUTORS)
         check_range(f"{prefix}.workers", self.workers, 1)
+        for name in ("lease_s", "heartbeat_s", "idle_timeout_s", "poll_min_s", "poll_max_s",
+                     "lock_heartbeat_s", "lock_stale_s", "tmp_max_age_s"):
+            check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
+        check_range(f"{prefix}.max_attempts", self.max_attempts, 1)
+        # Two missed renewals must not expire a live claim or lock.
+        if self.heartbeat_s * 2 > self.lease_s:
+            raise ConfigError(
+                f"{prefix}.heartbeat_s={self.heartbeat_s} must be at most half of "
+                f"{prefix}.lease_s={self.lease_s}"
+            )
+        if self.lock_heartbeat_s * 2 > self.lock_stale_s:
+            raise ConfigError(
+                f"{prefix}.lock_heartbeat_s={self.lock_heartbeat_s} must be at most half of "
+                f"{prefix}.lock_stale_s={self.lock_stale_s}"
+            )
+        if self.poll_min_s > self.poll_max_s:
+            raise ConfigError(
+                f"{prefix}.poll_min_s={self.poll_min_s} exceeds {prefix}.poll_max_s={self.poll_max_s}"
+            )
+        self._validate_slurm(prefix)
+
+    def _validate_slurm(self, prefix: str) -> None:
+        from wmrl.config import ConfigError, check_range
+
+        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus"):
+            check_range(f"{prefix}.{name}", getattr(self, name), 1)
+        for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",
+                     "max_requeues", "coordinator_mem_gb", "worker_mem_gb"):
+            check_range(f"{prefix}.{name}", getattr(self, name), 0)
+        for name in ("checkpoint_margin_s", "checkpoint_every_s"):
+            check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
+        for i, line in enumerate(self.extra_sbatch):
+            option = str(line).removeprefix("#SBATCH").strip()
+            if not option.startswith("--") or len(option) < 3 or "\n" in option:
+                raise ConfigError(
+                    f"{prefix}.extra_sbatch[{i}]={line!r} is not allowed; use a long sbatch option such "
+                    "as '--constraint=a100' or '#SBATCH --exclusive'"
+                )
+        module, _, attr = self.work.partition(":")
+        if not module or not attr:
+            raise ConfigError(f"{prefix}.work={self.work!r} must be 'module:factory', "
+                              "e.g. wmrl.orchestration.work:real_work")
+        if self.signal_delay_s >= self.coordinator_time_min * 60:
+            raise ConfigError(
+                f"{prefix}.signal_delay_s={self.signal_delay_s} must be shorter than "
+                f"{prefix}.coordinator_time_min={self.coordinator_time_min} minutes"
+            )

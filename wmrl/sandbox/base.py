@@ -21,6 +21,7 @@ class SandboxLimits:
     max_procs: int = 256
     max_output_bytes: int = 1 << 20  # captured stdout/stderr beyond this are dropped
     gpus: int = 0
+    max_file_mb: int = 4096  # largest single file the solution may write (RLIMIT_FSIZE)
 
 
 @dataclass

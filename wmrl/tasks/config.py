@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SPLITS = ("train", "heldout", "all")
+
 
 @dataclass
 class TasksConfig:
-    # Root of the task pool; "" means the built-in pool (built by `wmrl tasks build`).
+    # Root of the task pool; "" means $WMRL_TASKS_DIR, else the built-in pool at
+    # ~/.cache/wmrl/tasks/builtin-v1 (built on first use, or by `wmrl tasks build`).
     root: str = ""
+    # Which tasks a run samples from: the training pool, the held-out pool, or both.
+    split: str = "train"
+    # MLE-bench keeps config.yaml/leaderboard.csv in its repository (mlebench/competitions/);
+    # point here when they are not inside each competition directory.
+    competitions_dir: str = ""
+    # Submissions larger than this are invalid without being read (adversarial output).
+    max_submission_mb: float = 64.0
 
     def validate(self, prefix: str = "tasks") -> None:
-        pass
+        from wmrl.config import check_choice, check_range
+
+        check_choice(f"{prefix}.split", self.split, SPLITS)
+        check_range(f"{prefix}.max_submission_mb", self.max_submission_mb, 0.0, low_open=True)
