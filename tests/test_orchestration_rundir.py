@@ -1,0 +1,64 @@
+"""The run directory: layout, manifest, config snapshot, end-of-run marker, launch timings."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from wmrl.config import ConfigError, load_config, to_yaml
+from wmrl.io import read_json
+from wmrl.orchestration.rundir import LAYOUT, RunDir, create_run_dir
+
+
+def test_new_run_directory_has_the_layout_config_and_manifest(tmp_path: Path) -> None:
+    cfg = load_config(None, ["run_name=r1"])
+    run = create_run_dir(tmp_path / "r1", to_yaml(cfg))
+    assert all((run.path / name).is_dir() for name in LAYOUT)
+    assert load_config(run.config_path).run_name == "r1"
+    manifest = read_json(run.manifest_path)
+    assert manifest["run_id"] == "r1" and manifest["host"] == socket.gethostname()
+    assert manifest["versions"]["numpy"] and manifest["versions"]["python"]
+    assert set(manifest["git"]) == {"commit", "dirty"}
+
+
+def test_reopening_a_run_records_another_start(tmp_path: Path) -> None:
+    text = to_yaml(load_config(None, ["run_name=r1"]))
+    create_run_dir(tmp_path / "r1", text)
+    run = create_run_dir(tmp_path / "r1", text)
+    assert len(read_json(run.manifest_path)["starts"]) == 2
+
+
+def test_reopening_a_run_with_another_config_is_refused(tmp_path: Path) -> None:
+    create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1"])))
+    with pytest.raises(ValueError, match="different config"):
+        create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1", "algorithm.w_max=2"])))
+
+
+def test_opening_a_directory_without_config_names_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a wmrl run directory"):
+        RunDir.open(tmp_path)
+
+
+def test_ended_marker_keeps_the_first_reason(tmp_path: Path) -> None:
+    run = create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1"])))
+    assert not run.is_ended()
+    run.mark_ended("finished")
+    run.mark_ended("cancelled")
+    assert run.is_ended() and run.ended_reason() == "finished"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (["launch.heartbeat_s=70"], "launch.heartbeat_s=70.0 must be at most half of launch.lease_s"),
+        (["launch.lock_heartbeat_s=100"], "launch.lock_heartbeat_s"),
+        (["launch.poll_min_s=2"], "launch.poll_min_s=2.0 exceeds launch.poll_max_s"),
+        (["launch.lease_s=0"], "launch.lease_s=0.0 is out of range"),
+        (["launch.max_attempts=0"], "launch.max_attempts=0 is out of range"),
+    ],
+)
+def test_bad_launch_timings_are_rejected_naming_the_key(override: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_config(None, override)

@@ -1,0 +1,194 @@
+"""Real worker processes on a real spool: draining, kill -9, SIGTERM, end of run, cancel, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wmrl.config import load_config, to_yaml
+from wmrl.io import read_json
+from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.records import ExecutionRequest, sanitize_id
+from wmrl.orchestration.rundir import RunDir, create_run_dir
+from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
+from wmrl.orchestration.spool import Spool
+from wmrl.orchestration.worker import Worker, default_worker_id
+
+PYTHON_WORK = "wmrl.orchestration.work:python_work"
+FAST = {"lease_s": 1.5, "heartbeat_s": 0.2, "poll_min_s": 0.02, "poll_max_s": 0.2}
+
+
+def make_run(tmp_path: Path, **launch: object) -> tuple[RunDir, LaunchConfig]:
+    settings = {**FAST, **launch}
+    cfg = load_config(None, ["run_name=t", *(f"launch.{k}={v}" for k, v in settings.items())])
+    return create_run_dir(tmp_path / "t", to_yaml(cfg)), cfg.launch
+
+
+def request(i: int, code: str) -> ExecutionRequest:
+    return ExecutionRequest.create("t", step=1, task_id="iris", group_id=i // 8, traj_id=i % 8, code=code,
+                                   timeout_s=60)
+
+
+def start_worker(run: RunDir, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "wmrl.cli.main", "worker", str(run.path), "--work",
+                             PYTHON_WORK, *extra])
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def result_files(run: RunDir) -> list[str]:
+    return sorted(n for n in os.listdir(run.results) if not n.startswith("."))
+
+
+def test_local_workers_drain_sixty_requests_each_result_once(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path)
+    reqs = [request(i, f"print({i} / 100)") for i in range(60)]
+    service = SpoolExecutionService(run, launch)
+    service.submit(reqs)
+    with LocalExecutor(run, workers=3, work=PYTHON_WORK, idle_timeout_s=30) as pool:
+        done = service.wait([r.request_id for r in reqs], timeout_s=120)
+        assert pool.alive() == 3
+    assert len(done) == 60
+    assert all(done[r.request_id].score == pytest.approx(i / 100) for i, r in enumerate(reqs))
+    assert result_files(run) == sorted(f"{r.request_id}.json" for r in reqs)
+    assert len({rec.worker_id for rec in done.values()}) > 1, "the work was not spread over workers"
+    assert os.listdir(run.queue) == [] and os.listdir(run.claims) == []
+
+
+def test_worker_killed_mid_execution_loses_its_lease_and_the_request_runs_once_more(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path)
+    req = request(0, "import time; time.sleep(1.0); print(0.7)")
+    service = SpoolExecutionService(run, launch)
+    service.submit([req])
+    first = start_worker(run)
+    claim = wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
+    time.sleep(0.3)  # mid-execution
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = start_worker(run, "--idle-timeout", "5")
+    try:
+        done = service.wait([req.request_id], timeout_s=30)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=30)
+    result = done[req.request_id]
+    assert (result.score, result.attempt) == (0.7, 1)
+    assert str(first.pid) in claim[0] and str(second.pid) in result.worker_id
+    assert result_files(run) == [f"{req.request_id}.json"]
+    time.sleep(1.0)  # the killed worker's orphaned solution finishing must not add anything
+    assert result_files(run) == [f"{req.request_id}.json"]
+
+
+def test_sigterm_releases_the_claim_back_to_the_queue(tmp_path: Path) -> None:
+    run, _ = make_run(tmp_path)
+    req = request(0, "import time; time.sleep(60); print(0.1)")
+    Spool(run).enqueue(req)
+    worker = start_worker(run)
+    wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
+    started = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert time.monotonic() - started < 10
+    assert os.listdir(run.claims) == [] and result_files(run) == []
+    claim = Spool(run).claim_next("next")
+    assert claim is not None and claim.attempt == 0  # preemption does not count as an attempt
+    beat = read_json(next(run.workers.glob(f"*-{worker.pid}.json")))
+    assert beat["state"] == "exited" and "SIGTERM" in beat["exit_reason"]
+
+
+def test_worker_exits_when_the_run_ends(tmp_path: Path) -> None:
+    run, _ = make_run(tmp_path)
+    worker = start_worker(run)
+    wait_for(lambda: list(run.workers.glob("*.json")))
+    run.mark_ended("training finished")
+    assert worker.wait(timeout=20) == 0
+    beat = read_json(next(run.workers.glob("*.json")))
+    assert "training finished" in beat["exit_reason"]
+
+
+def test_worker_exits_after_the_idle_timeout(tmp_path: Path) -> None:
+    run, _ = make_run(tmp_path)
+    started = time.monotonic()
+    worker = start_worker(run, "--idle-timeout", "1")
+    assert worker.wait(timeout=20) == 0
+    assert time.monotonic() - started >= 1.0
+    assert "idle" in read_json(next(run.workers.glob("*.json")))["exit_reason"]
+
+
+def test_cancelled_request_in_progress_publishes_no_result(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path)
+    req = request(0, "import time; time.sleep(1.0); print(0.4)")
+    service = SpoolExecutionService(run, launch)
+    service.submit([req])
+    worker = start_worker(run, "--idle-timeout", "30")
+    try:
+        wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
+        service.cancel([req.request_id])
+        wait_for(lambda: not os.listdir(run.claims))
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=20)
+    assert result_files(run) == []
+
+
+def test_work_function_errors_are_retried_then_recorded_as_failed(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path, max_attempts=2)
+    Spool(run).enqueue(request(0, ""))
+    calls: list[str] = []
+
+    def broken(req: ExecutionRequest) -> dict[str, Any]:
+        calls.append(req.request_id)
+        raise RuntimeError("grader crashed")
+
+    assert Worker(run, broken, launch, "w-test", idle_timeout_s=0.5).run() == 0
+    result = Spool(run).read_result(request(0, "").request_id)
+    assert len(calls) == 2
+    assert result is not None and result.status == "failed" and "grader crashed" in (result.error or "")
+
+
+def test_work_returning_an_invalid_score_is_not_published_as_done(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path, max_attempts=1)
+    Spool(run).enqueue(request(0, ""))
+    Worker(run, lambda req: {"score": float("nan")}, launch, "w-test", idle_timeout_s=0.3).run()
+    result = Spool(run).read_result(request(0, "").request_id)
+    assert result is not None and result.status == "failed" and "finite" in (result.error or "")
+
+
+def test_worker_id_in_a_slurm_array_names_host_array_task_and_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "1234")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "7")
+    host = sanitize_id(socket.gethostname().split(".")[0])
+    assert default_worker_id() == f"{host}-1234_7-{os.getpid()}"
+
+
+def test_worker_on_a_missing_run_directory_exits_2_with_a_message(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "wmrl.cli.main", "worker", str(tmp_path / "nope")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "not a wmrl run directory" in proc.stderr
+
+
+def test_live_workers_are_counted_from_heartbeats(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path)
+    service = SpoolExecutionService(run, launch)
+    with LocalExecutor(run, workers=2, work=PYTHON_WORK, idle_timeout_s=30):
+        wait_for(lambda: service.stats().live_workers == 2)
+    assert service.stats().live_workers == 0
+    assert all(json.loads(p.read_text())["state"] == "exited" for p in run.workers.glob("*.json"))
