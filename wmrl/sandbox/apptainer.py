@@ -1,0 +1,135 @@
+"""The ``apptainer`` backend: clusters (Slurm nodes, shared NFS, one GPU per worker).
+
+The command (DESIGN §4)::
+
+    apptainer exec --containall --cleanenv --no-home --net --network none
+        --bind PUBLIC:/sandbox/data:ro --bind WORK:/sandbox/work
+        --bind SCRATCH/in:/sandbox/in:ro --bind SCRATCH/out:/sandbox/out
+        [--nv] --pwd /sandbox/work --env K=V ... IMAGE python -s -B /sandbox/in/launcher.py ...
+
+``--containall`` gives it its own pid and ipc namespaces, an empty /tmp and no host home;
+``--net --network none`` a network namespace with loopback only. Apptainer has no time limit of
+its own: the supervisor runs it in a new session and kills the whole process group (and every
+descendant) on timeout. Bind variables a user may have exported (``APPTAINER_BIND`` and friends)
+would silently add host paths to the sandbox: the command runs with a scrubbed environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from wmrl.sandbox.base import ExecutionResult, SandboxLimits
+from wmrl.sandbox.config import SandboxConfig
+from wmrl.sandbox.limits import ProcSelector
+from wmrl.sandbox.runspec import (
+    BASE_PATH,
+    SANDBOX_MOUNTS,
+    SandboxError,
+    StartedPipe,
+    fill_scratch,
+    gpu_env,
+    make_scratch,
+    prepare_work_dir,
+    sandbox_env,
+    to_result,
+)
+from wmrl.sandbox.supervise import supervise
+
+# Host variables apptainer reads on its own; none may reach it (prefixes and exact names).
+SCRUBBED_PREFIXES = ("APPTAINER", "SINGULARITY")
+# What apptainer itself needs from the host environment (never passed into the container).
+HOST_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR", "TMPDIR")
+IMAGE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def host_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment apptainer runs with: a few host variables, no APPTAINER_*/SINGULARITY_*."""
+    environ = dict(os.environ if environ is None else environ)
+    env = {k: environ[k] for k in HOST_KEEP if k in environ}
+    env.setdefault("PATH", BASE_PATH)
+    return {k: v for k, v in env.items() if not k.startswith(SCRUBBED_PREFIXES)}
+
+
+def build_argv(
+    apptainer: str,
+    image: str,
+    python: str,
+    public_dir: Path,
+    work_dir: Path,
+    scratch_in: Path,
+    scratch_out: Path,
+    limits: SandboxLimits,
+    extra_binds: list[str],
+    env: dict[str, str],
+) -> list[str]:
+    m = SANDBOX_MOUNTS
+    argv = [
+        apptainer, "exec",
+        "--containall", "--cleanenv", "--no-home",
+        "--net", "--network", "none",
+        "--bind", f"{public_dir}:{m.data}:ro",
+        "--bind", f"{work_dir}:{m.work}",
+        "--bind", f"{scratch_in}:{m.scratch_in}:ro",
+        "--bind", f"{scratch_out}:{m.scratch_out}",
+    ]  # fmt: skip
+    for spec in extra_binds:
+        src, _, dest = spec.partition(":")
+        argv += ["--bind", f"{src}:{dest or src}:ro"]
+    if limits.gpus > 0:
+        argv.append("--nv")
+    argv += ["--pwd", m.work]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    argv += [image, python, "-s", "-B", f"{m.scratch_in}/launcher.py", f"{m.scratch_in}/spec.json"]
+    return argv
+
+
+class ApptainerBackend:
+    name = "apptainer"
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.cfg = cfg
+        self.python = cfg.python or "python"
+        self.image = cfg.apptainer_image
+        if not self.image:
+            raise SandboxError("sandbox.apptainer_image is empty: build containers/sandbox.def")
+
+    def _apptainer(self) -> str:
+        found = shutil.which(self.cfg.apptainer_bin)
+        if found is None:
+            raise SandboxError(
+                f"sandbox.apptainer_bin={self.cfg.apptainer_bin!r} is not on PATH; load the "
+                "apptainer module (e.g. `module load apptainer`) or set the full path"
+            )
+        return found
+
+    def run(
+        self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
+    ) -> ExecutionResult:
+        public_dir, work_dir = Path(public_dir).resolve(), Path(work_dir).resolve()
+        if not public_dir.is_dir():
+            raise SandboxError(f"public data directory {public_dir} does not exist")
+        if not Path(self.image).is_file():
+            raise SandboxError(f"sandbox.apptainer_image={self.image!r} does not exist")
+        apptainer = self._apptainer()
+        prepare_work_dir(work_dir, uid=None)
+        pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
+        try:
+            fill_scratch(scratch, code, SANDBOX_MOUNTS, limits, None, pipe.write_fd)
+            env = sandbox_env(SANDBOX_MOUNTS, self.cfg.threads, path=IMAGE_PATH)
+            env.update(gpu_env(limits))
+            argv = build_argv(
+                apptainer, self.image, self.python, public_dir, work_dir, scratch.inp, scratch.out,
+                limits, list(self.cfg.extra_binds), env,
+            )  # fmt: skip
+            outcome = supervise(
+                argv, host_env(), limits, lambda pid: ProcSelector(root=pid), (pipe.write_fd,)
+            )
+            # Whether apptainer hands inherited descriptors through depends on its version and
+            # set-up: a missing start signal means "unknown" here, never a sandbox failure.
+            return to_result(outcome, self.name, work_dir, scratch, pipe.started() or None)
+        finally:
+            pipe.close()
+            scratch.remove()

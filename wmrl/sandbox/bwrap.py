@@ -1,0 +1,193 @@
+"""The ``bwrap`` backend (bubblewrap): the local default.
+
+The sandbox gets: its own pid, network (loopback only), ipc and uts namespaces; a fresh /proc;
+a tmpfs root holding read-only binds of /usr (and the /bin, /lib* links), the few /etc files
+programs need, the Python installation and the venv; a tmpfs /tmp; the task's public data
+read-only at /sandbox/data; the work dir writable at /sandbox/work. Nothing else of the host.
+
+Started by root (as on this machine and in most CI), bwrap runs without a user namespace and the
+launcher switches to a fresh, unprivileged uid per execution: RLIMIT_NPROC is then a real
+per-execution process limit (the kernel ignores it for root) and the host finds every process of
+the execution by that uid. Started by an ordinary user, bwrap adds a user namespace and the
+user's own limits apply.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from wmrl.sandbox.base import ExecutionResult, SandboxLimits
+from wmrl.sandbox.config import SandboxConfig
+from wmrl.sandbox.limits import ProcSelector, fresh_uid
+from wmrl.sandbox.runspec import (
+    BASE_PATH,
+    SANDBOX_MOUNTS,
+    SandboxError,
+    StartedPipe,
+    fill_scratch,
+    gpu_env,
+    make_scratch,
+    prepare_work_dir,
+    sandbox_env,
+    to_result,
+)
+from wmrl.sandbox.supervise import supervise
+
+ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "fonts",
+    "mime.types",
+)
+TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def python_roots(python: str) -> list[str]:
+    """Directories holding the interpreter and its libraries: bound read-only into the sandbox."""
+    if python == sys.executable:
+        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    else:
+        exe = Path(python).absolute()
+        roots = {str(exe.parent.parent)}  # PREFIX/bin/python -> PREFIX (a venv or an install)
+        cfg = exe.parent.parent / "pyvenv.cfg"
+        if cfg.is_file():
+            for line in cfg.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home":
+                    roots.add(str(Path(value.strip()).parent))
+    roots.add(str(Path(os.path.realpath(python)).parent.parent))
+    # Installs under /usr are already bound; keep the rest, outermost first, no duplicates.
+    kept = sorted(r for r in roots if not (r == "/usr" or r.startswith("/usr/")))
+    return [r for r in kept if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in kept)]
+
+
+def _parents(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def build_argv(
+    python: str,
+    public_dir: Path,
+    work_dir: Path,
+    scratch_in: Path,
+    scratch_out: Path,
+    limits: SandboxLimits,
+    extra_binds: list[str],
+    as_root: bool,
+    env: dict[str, str],
+) -> list[str]:
+    m = SANDBOX_MOUNTS
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "--hostname", "sandbox",
+        "--die-with-parent",  # the sandbox dies with its supervisor
+        "--new-session",  # no TIOCSTI into a terminal
+        "--clearenv",
+        *[a for k, v in env.items() for a in ("--setenv", k, v)],
+        "--ro-bind", "/usr", "/usr",
+    ]  # fmt: skip
+    if as_root:
+        # Root keeps only what the launcher needs to switch to the execution's uid.
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--unshare-user"]
+    for name in TOP_LINKS:
+        host = Path("/") / name
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), str(host)]
+    argv += ["--dir", "/etc"]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    if as_root:
+        argv += ["--ro-bind", str(scratch_in / "passwd"), "/etc/passwd"]
+        argv += ["--ro-bind", str(scratch_in / "group"), "/etc/group"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # World-writable sticky tmpfs, sized so /tmp cannot eat the host's memory.
+    tmp_size = str(limits.memory_mb * 1024 * 1024)
+    argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp"]
+    argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
+    for root in python_roots(python):
+        # Parents are created world-traversable (the launcher no longer is root when it imports).
+        for parent in _parents(root):
+            argv += ["--perms", "0755", "--dir", parent]
+        argv += ["--ro-bind", root, root]
+    for spec in extra_binds:
+        src, _, dest = spec.partition(":")
+        for parent in _parents(dest or src):
+            argv += ["--perms", "0755", "--dir", parent]
+        argv += ["--ro-bind", src, dest or src]
+    if limits.gpus > 0:
+        for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
+            argv += ["--dev-bind", dev, dev]
+    argv += [
+        "--perms", "0755", "--dir", "/sandbox",
+        "--ro-bind", str(public_dir), m.data,
+        "--bind", str(work_dir), m.work,
+        "--ro-bind", str(scratch_in), m.scratch_in,
+        "--bind", str(scratch_out), m.scratch_out,
+        "--chdir", m.work,
+        python, "-s", "-B", f"{m.scratch_in}/launcher.py", f"{m.scratch_in}/spec.json",
+    ]  # fmt: skip
+    return argv
+
+
+class BwrapBackend:
+    name = "bwrap"
+
+    def __init__(self, cfg: SandboxConfig | None = None) -> None:
+        self.cfg = cfg or SandboxConfig()
+        self.python = self.cfg.python or sys.executable
+        if shutil.which("bwrap") is None:
+            raise SandboxError(
+                "bwrap (bubblewrap) is not installed; install it or set sandbox.backend"
+            )
+
+    def run(
+        self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
+    ) -> ExecutionResult:
+        public_dir, work_dir = Path(public_dir).resolve(), Path(work_dir).resolve()
+        if not public_dir.is_dir():
+            raise SandboxError(f"public data directory {public_dir} does not exist")
+        as_root = os.geteuid() == 0
+        if as_root and not public_dir.stat().st_mode & 0o005 == 0o005:
+            raise SandboxError(
+                f"public data directory {public_dir} is not world-readable (mode "
+                f"{public_dir.stat().st_mode & 0o777:o}); the solution runs as an unprivileged uid: "
+                f"chmod -R o+rX {public_dir}"
+            )
+        uid = fresh_uid() if as_root else None
+        prepare_work_dir(work_dir, uid)
+        pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
+        try:
+            fill_scratch(scratch, code, SANDBOX_MOUNTS, limits, uid, pipe.write_fd)
+            env = sandbox_env(
+                SANDBOX_MOUNTS, self.cfg.threads, path=f"{Path(self.python).parent}:{BASE_PATH}"
+            )
+            env.update(gpu_env(limits))
+            argv = build_argv(
+                self.python, public_dir, work_dir, scratch.inp, scratch.out, limits,
+                list(self.cfg.extra_binds), as_root, env,
+            )  # fmt: skip
+            selector = (
+                (lambda pid: ProcSelector(uid=uid))
+                if as_root
+                else (lambda pid: ProcSelector(root=pid))
+            )
+            host_env = {"PATH": os.environ.get("PATH", BASE_PATH)}
+            outcome = supervise(argv, host_env, limits, selector, (pipe.write_fd,))
+            return to_result(outcome, self.name, work_dir, scratch, pipe.started())
+        finally:
+            pipe.close()
+            scratch.remove()

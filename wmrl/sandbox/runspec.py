@@ -1,0 +1,238 @@
+"""What every backend does the same way: scratch files, environment, and the result record.
+
+Per execution the host creates a scratch directory outside the work dir::
+
+    scratch/in/   launcher.py, solution.py, spec.json, passwd, group   (read-only in the sandbox)
+    scratch/out/  traceback.txt                                       (writable by the solution)
+
+The work dir holds only what the solution writes (its submission), so the grader sees nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from wmrl.sandbox.base import ExecutionResult, SandboxLimits
+from wmrl.sandbox.supervise import Outcome, read_small
+
+LAUNCHER = Path(__file__).with_name("launcher.py")
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+SUBMISSION_NAME = "submission.csv"
+TRACEBACK_CAP = 64 * 1024
+# Environment variables a solution may see; everything else of the host is scrubbed.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not run (bad image, missing binary, bad bind): not the solution's fault."""
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """Where the sandbox sees each host directory (identical paths for the subprocess backend)."""
+
+    data: str
+    work: str
+    scratch_in: str
+    scratch_out: str
+    home: str = "/tmp"
+    tmp: str = "/tmp"
+
+
+# bwrap and apptainer: fixed paths, so solutions and prompts never see host paths.
+SANDBOX_MOUNTS = Mounts(
+    data="/sandbox/data", work="/sandbox/work", scratch_in="/sandbox/in", scratch_out="/sandbox/out"
+)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    root: Path
+    inp: Path
+    out: Path
+    home: Path  # HOME and TMPDIR of the subprocess backend (bwrap/apptainer use a tmpfs)
+    tmp: Path
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def make_scratch(base_dir: str = "") -> Scratch:
+    root = Path(tempfile.mkdtemp(prefix="wmrl-sbx-", dir=base_dir or None))
+    os.chmod(root, 0o755)
+    scratch = Scratch(
+        root=root, inp=root / "in", out=root / "out", home=root / "home", tmp=root / "tmp"
+    )
+    for d in (scratch.inp, scratch.out, scratch.home, scratch.tmp):
+        d.mkdir(mode=0o755)
+    return scratch
+
+
+def fill_scratch(
+    scratch: Scratch,
+    code: str,
+    mounts: Mounts,
+    limits: SandboxLimits,
+    uid: int | None = None,
+    started_fd: int | None = None,
+) -> None:
+    """Write the launcher, the solution and the launcher's spec (paths as the sandbox sees them)."""
+    inp = scratch.inp
+    shutil.copyfile(LAUNCHER, inp / "launcher.py")
+    (inp / "solution.py").write_text(code, encoding="utf-8")
+    spec = {
+        "code_path": f"{mounts.scratch_in}/solution.py",
+        "data_dir": mounts.data,
+        "work_dir": mounts.work,
+        "submission_path": f"{mounts.work}/{SUBMISSION_NAME}",
+        "traceback_path": f"{mounts.scratch_out}/traceback.txt",
+        "memory_mb": limits.memory_mb,
+        "max_procs": limits.max_procs,
+        "max_file_mb": limits.max_file_mb,
+        "started_fd": started_fd,
+    }
+    if uid is not None:
+        spec["uid"] = spec["gid"] = uid
+        # Libraries that look the user up (getpass, torch) need an entry for the run's uid.
+        (inp / "passwd").write_text(f"sandbox:x:{uid}:{uid}:sandbox:{mounts.home}:/bin/sh\n")
+        (inp / "group").write_text(f"sandbox:x:{uid}:\n")
+        os.chown(scratch.out, uid, uid)
+    (inp / "spec.json").write_text(json.dumps(spec))
+    for f in inp.iterdir():
+        f.chmod(0o644)
+
+
+class StartedPipe:
+    """The launcher writes one byte here once the sandbox is up, then closes it before the
+    solution runs: a failure before that byte is the sandbox's, not the solution's."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+
+    def started(self) -> bool:
+        """Call after the execution ended."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+        os.set_blocking(self.read_fd, False)
+        try:
+            return os.read(self.read_fd, 1) == b"1"
+        except BlockingIOError:
+            return False
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.read_fd = self.write_fd = -1
+
+
+def sandbox_env(
+    mounts: Mounts, threads: int, path: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The complete environment of the solution (the host's is never inherited)."""
+    env = {
+        "PATH": path,
+        "HOME": mounts.home,
+        "TMPDIR": mounts.tmp,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        "DATA_DIR": mounts.data,
+        "SUBMISSION_PATH": f"{mounts.work}/{SUBMISSION_NAME}",
+        "PYTHONUNBUFFERED": "1",  # output order survives a kill
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "Agg",
+    }
+    env.update({name: str(threads) for name in THREAD_VARS})
+    env.update(extra or {})
+    return env
+
+
+def gpu_env(limits: SandboxLimits) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES inside: hidden without GPUs, the worker's assignment with them."""
+    if limits.gpus <= 0:
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
+
+
+def prepare_work_dir(work_dir: Path, uid: int | None) -> None:
+    """Make the fresh work dir writable by the execution (its own uid when bwrap runs as root)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if uid is None:
+        return
+    for dirpath, dirnames, filenames in os.walk(work_dir):
+        for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            os.lchown(name, uid, uid)
+    # Traversable by others: bwrap's own root, with its capabilities dropped, must chdir into it.
+    os.chmod(work_dir, os.stat(work_dir).st_mode | 0o711)
+
+
+def submission_file(work_dir: Path) -> tuple[str | None, str | None]:
+    """(path, None) for a regular submission file; (None, why) when absent or unsafe to read.
+
+    A solution may plant ``submission.csv`` as a symlink (or hard link) to a file it cannot read,
+    hoping the grader, outside the sandbox, will read it: such a file is never handed on.
+    """
+    path = work_dir / SUBMISSION_NAME
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None, "missing"
+    if path.is_symlink():
+        return None, "submission is a symlink"
+    if not path.is_file():
+        return None, "submission is not a regular file"
+    if st.st_nlink != 1:
+        return None, "submission is a hard link"
+    return str(path), None
+
+
+def to_result(
+    outcome: Outcome, backend: str, work_dir: Path, scratch: Scratch, started: bool | None
+) -> ExecutionResult:
+    """``started``: the launcher signalled that the sandbox came up (None: cannot tell)."""
+    traceback = read_small(scratch.out / "traceback.txt", TRACEBACK_CAP) or None
+    code = outcome.exit_code
+    if outcome.reason == "timeout":
+        status = "timeout"
+    elif outcome.reason == "memory":
+        status = "killed"
+    elif code == 0:
+        status = "ok"
+    elif traceback is not None or (code is not None and 0 < code < 128):
+        status = "error"
+    else:  # killed by a signal (kernel OOM killer, a SIGKILL it sent itself, ...)
+        status = "killed"
+    if started is False and outcome.reason == "exited" and code != 0:
+        raise SandboxError(
+            f"{backend} sandbox failed to start (exit {code}): {outcome.stderr.text()[-2000:]}"
+        )
+    sub, why = submission_file(work_dir)
+    extra: dict = dict(outcome.extra)
+    if outcome.reason != "exited":
+        extra["kill_reason"] = outcome.reason
+    if why and why != "missing":
+        extra["submission_rejected"] = why
+    if outcome.survivors:
+        extra["survivors"] = outcome.survivors
+    return ExecutionResult(
+        status=status,
+        exit_code=code,
+        wall_seconds=outcome.wall_seconds,
+        cpu_seconds=outcome.cpu_seconds,
+        peak_memory_mb=outcome.peak_memory_mb,
+        stdout_tail=outcome.stdout.text(),
+        stderr_tail=outcome.stderr.text(),
+        traceback=traceback,
+        submission_path=sub,
+        backend=backend,
+        extra=extra,
+    )
