@@ -1,0 +1,108 @@
+"""Shared helpers of the launch/coordinator tests: a small, fast run of the anchored simulator whose
+candidates are tiny Python scripts (``make_dry_trainer`` + ``python_work``): real workers, real
+processes, real files, scores known exactly so that runs are deterministic."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from wmrl.config import WMRLConfig, load_config, to_yaml
+from wmrl.io import read_json
+from wmrl.orchestration.coordinator import read_events
+from wmrl.orchestration.rundir import RunDir, create_run_dir
+
+DRY_TRAINER = "wmrl.orchestration.anchored_sim:make_dry_trainer"
+REPO = Path(__file__).resolve().parents[1]
+
+DRY = [
+    "launch.work=wmrl.orchestration.work:python_work",
+    "simulator.tasks=3", "simulator.candidates=4",
+    "algorithm.groups_per_step=4", "algorithm.group_size=3", "algorithm.anchor_frac=0.25",
+    "algorithm.min_pairs=6", "algorithm.refit_every=3", "algorithm.eta_window=6",
+    "sandbox.timeout_s=20",
+    "launch.lease_s=6", "launch.heartbeat_s=1", "launch.workers=2", "launch.idle_timeout_s=30",
+    "launch.lock_stale_s=8", "launch.lock_heartbeat_s=2",
+]
+
+
+def dry_config(root: Path, name: str, steps: int, *extra: str) -> WMRLConfig:
+    return load_config(None, [f"run_name={name}", f"runs_root={root}", f"simulator.steps={steps}", *DRY, *extra])
+
+
+def make_run(cfg: WMRLConfig) -> RunDir:
+    return create_run_dir(cfg.run_dir, to_yaml(cfg))
+
+
+def progress_step(run: RunDir) -> int:
+    try:
+        return int(read_json(run.path / "progress.json")["step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def wait_until(what: str, condition: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def events(run: RunDir, name: str) -> list[dict]:
+    return [e for e in read_events(run) if e["event"] == name]
+
+
+def spawn_coordinator(run: RunDir, trainer: str = DRY_TRAINER) -> subprocess.Popen:
+    """A coordinator in its own process (to signal or kill it like Slurm would)."""
+    code = ("import sys; from wmrl.orchestration.coordinator import Coordinator; "
+            "Coordinator(sys.argv[1], sys.argv[2])()")
+    return subprocess.Popen([sys.executable, "-c", code, str(run.path), trainer], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=open(run.logs / "spawned.stderr", "ab"),
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def final_digest(run: RunDir) -> str:
+    return events(run, "ended")[-1]["digest"]
+
+
+# --------------------------------------------------------------------------- the local Slurm cluster
+USABLE_NODE_STATES = {"idle", "mixed", "allocated", "completing"}
+
+
+def slurm_problem() -> str | None:
+    """Why the local Slurm cluster cannot be used (None when it is up)."""
+    import shutil
+
+    if shutil.which("sinfo") is None:
+        return "sinfo is not on PATH (slurm/install-local.sh, slurm/start-local.sh)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=15,
+                             check=False)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer within 15 s (start the cluster with slurm/start-local.sh)"
+    if out.returncode != 0 or not {s.rstrip("*~#") for s in out.stdout.split()} & USABLE_NODE_STATES:
+        return f"the Slurm cluster is not up ({(out.stderr or out.stdout).strip()}); slurm/start-local.sh"
+    return None
+
+
+def squeue_gone(job_id: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                         timeout=30, check=False)
+    return not out.stdout.strip()
+
+
+def uninterrupted_digest(root: Path, cfg: WMRLConfig) -> str:
+    """Final digest of the same config run uninterrupted, locally (a fresh run directory)."""
+    from wmrl.config import load_config as _load
+    from wmrl.orchestration.coordinator import Coordinator
+
+    ref = _load(None, [f"run_name={cfg.run_name}-reference", f"runs_root={root / 'reference'}",
+                       f"simulator.steps={cfg.simulator.steps}", *DRY])
+    run = make_run(ref)
+    Coordinator(str(run.path), DRY_TRAINER)()
+    return final_digest(run)

@@ -1,0 +1,96 @@
+"""``wmrl launch CONFIG [key=value ...]``: create the run directory and start the run.
+
+``launch.executor=slurm`` submits the coordinator job and the anchor worker array with submitit and
+returns (``--wait`` blocks until the run ends); ``launch.executor=local`` runs the coordinator in this
+process with ``launch.workers`` local worker processes. Launching an existing run directory with the
+same config resumes it from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from wmrl.config import load_config, to_yaml
+from wmrl.orchestration.coordinator import DEFAULT_TRAINER, Coordinator
+from wmrl.orchestration.lock import RunLock, RunLockHeld
+from wmrl.orchestration.rundir import RunDir, create_run_dir
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "launch", help="start a run: coordinator + anchor workers (Slurm via submitit, or local)",
+        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("config", metavar="CONFIG", help="YAML config (e.g. configs/e2e-local.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    parser.add_argument("--wait", action="store_true",
+                        help="slurm: block until the run has ended, printing its status every --every s")
+    parser.add_argument("--every", type=float, default=15.0, metavar="S", help="status interval of --wait")
+    parser.add_argument("--trainer", default=DEFAULT_TRAINER, metavar="MODULE:FACTORY",
+                        help=f"what the coordinator trains (default {DEFAULT_TRAINER})")
+    parser.set_defaults(func=run)
+
+
+def _refuse_if_running(run: RunDir, stale_s: float) -> str | None:
+    probe = RunLock(run.lock_path, stale_s)
+    seen = probe.read_holder()
+    if seen is not None and probe.stale_reason(*seen) is None:
+        return f"{run.path} is in use by a coordinator ({seen[0].describe()}); see `wmrl status {run.path}`"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides)
+    try:
+        run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg))
+    except ValueError as err:
+        print(f"wmrl launch: {err}", file=sys.stderr)
+        return 2
+    busy = _refuse_if_running(run_dir, cfg.launch.lock_stale_s)
+    if busy:
+        print(f"wmrl launch: {busy}", file=sys.stderr)
+        return 1
+    if run_dir.is_ended():
+        print(f"wmrl launch: {run_dir.path} has ended ({run_dir.ended_reason()}); use a new run_name",
+              file=sys.stderr)
+        return 1
+    print(f"run dir:  {run_dir.path}")
+    if cfg.launch.executor == "local":
+        print(f"executor: local (coordinator in this process, {cfg.launch.workers} worker processes)")
+        print(f"watch:    wmrl status {run_dir.path}   (from another shell)", flush=True)
+        try:
+            result = Coordinator(str(run_dir.path), args.trainer)(progress=sys.stderr.isatty())
+        except RunLockHeld as err:
+            print(f"wmrl launch: {err}", file=sys.stderr)
+            return 1
+        print(f"finished: {result}")
+        return 0 if result.get("state") == "finished" else 1
+
+    from wmrl.orchestration.launch import submit_run
+
+    coordinator, workers = submit_run(cfg, run_dir, args.trainer)
+    print(f"executor: slurm (submitit; logs in {run_dir.logs / 'submitit'})")
+    print(f"jobs:     coordinator {coordinator}, workers {workers} (array of {cfg.launch.workers})")
+    print(f"watch:    wmrl status {run_dir.path}")
+    print(f"cancel:   wmrl cancel {run_dir.path}", flush=True)
+    if not args.wait:
+        return 0
+    return wait_for_end(run_dir, args.every)
+
+
+def wait_for_end(run_dir: RunDir, every_s: float) -> int:
+    from wmrl.cli.status import collect, render
+    from wmrl.orchestration.launch import active_tasks, load_jobs
+
+    while True:
+        time.sleep(every_s)
+        info = collect(run_dir)
+        print(render(info, brief=True), flush=True)
+        if run_dir.is_ended():
+            return 0 if run_dir.ended_reason() == "finished" else 1
+        coordinators = [r.job_id for r in load_jobs(run_dir) if r.kind == "coordinator"]
+        if coordinators and active_tasks(coordinators) == 0:
+            print("wmrl launch: the coordinator job is gone but the run has not ended; see "
+                  f"{run_dir.logs}", file=sys.stderr)
+            return 1

@@ -1,0 +1,344 @@
+"""The coordinator: the one process of a run that trains, as a requeue-safe submitit job.
+
+``Coordinator(run_dir)`` is a ``submitit.helpers.Checkpointable``: ``__call__`` runs the training loop
+of the run directory's trainer (today the anchored simulator, :mod:`wmrl.orchestration.anchored_sim`;
+later the LLM learner) and ``checkpoint()`` is what submitit calls on SIGUSR2 (time limit or
+preemption): it writes the state of the last finished step and returns the requeue submission.
+
+State is saved
+
+- at the start (step 0) and every ``launch.checkpoint_every_s``;
+- after every step once less than ``launch.checkpoint_margin_s`` remains of the allocation, counted
+  from the job's real start time (``scontrol show job``): a signal that comes late or never still
+  finds a fresh checkpoint;
+- on SIGUSR2 (submitit) and on SIGTERM (``scontrol requeue``, ``scancel``, preemption; submitit
+  itself ignores SIGTERM), from the in-memory snapshot of the last step boundary;
+- at the end of the run.
+
+Every start restores the newest checkpoint (calibration directory included) before training, so a
+requeued job resumes at the same step with bit-identical state; ``logs/coordinator-events.jsonl``
+records the digests that prove it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+import submitit
+
+from wmrl.config import WMRLConfig, load_config
+from wmrl.io import append_line_durable, atomic_write_json
+from wmrl.orchestration.checkpoint import CheckpointStore, Snapshot, read_tree, restore_tree
+from wmrl.orchestration.lock import RunLock
+from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
+from wmrl.orchestration.rundir import RunDir
+from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
+
+log = logging.getLogger(__name__)
+DEFAULT_TRAINER = "wmrl.orchestration.anchored_sim:make_trainer"
+PROGRESS = "progress.json"
+METRICS = "metrics.jsonl"
+EVENTS = "logs/coordinator-events.jsonl"
+
+
+class RunEnded(Exception):
+    """``wmrl cancel`` (or another process) marked the run ended while a step waited."""
+
+
+class Trainer(Protocol):
+    """What the coordinator drives. ``step`` counts finished steps."""
+
+    step: int
+    total_steps: int
+
+    def run_step(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def state_digest(self) -> str: ...
+
+    def snapshot_dirs(self) -> dict[str, Path]: ...
+
+    def progress(self) -> dict[str, Any]: ...
+
+
+TrainerFactory = Callable[[WMRLConfig, RunDir, "AnchorRunner", bool], Trainer]
+
+
+def load_factory(spec: str) -> TrainerFactory:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def record_event(run: RunDir, event: str, **fields: Any) -> None:
+    line = json.dumps({"event": event, "at": time.time(), "pid": os.getpid(),
+                       "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                       "restart_count": os.environ.get("SLURM_RESTART_COUNT"), **fields}, sort_keys=True)
+    append_line_durable(run.path / EVENTS, line)
+
+
+class AnchorRunner:
+    """The trainer's handle on anchor execution: submit, wait (in slices, supervising the workers
+    and the run between them), cancel what did not finish by the deadline."""
+
+    def __init__(self, run: RunDir, cfg: WMRLConfig, service: SpoolExecutionService,
+                 tick: Callable[[], None] = lambda: None) -> None:
+        self.run_dir, self.cfg, self.service, self.tick = run, cfg, service, tick
+
+    def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]:
+        ids = [r.request_id for r in requests]
+        self.service.submit(requests)
+        deadline = time.monotonic() + timeout_s
+        done: dict[str, ExecutionOutcomeRecord] = {}
+        while len(done) < len(ids) and time.monotonic() < deadline:
+            if self.run_dir.is_ended():
+                raise RunEnded(self.run_dir.ended_reason() or "ended")
+            slice_s = min(30.0, max(0.0, deadline - time.monotonic()))
+            done.update(self.service.wait([i for i in ids if i not in done], slice_s))
+            self.tick()
+        missing = [i for i in ids if i not in done]
+        if missing:
+            log.warning("%d executions did not finish within %.0f s; cancelled", len(missing), timeout_s)
+            self.service.cancel(missing)
+        return done
+
+
+class WorkerSupervisor:
+    """Slurm mode: resubmit the worker array when work waits and no worker task is pending or running
+    (workers end at their time limit or after ``idle_timeout_s``; the coordinator lives on)."""
+
+    def __init__(self, run: RunDir, cfg: WMRLConfig, service: SpoolExecutionService,
+                 every_s: float = 60.0) -> None:
+        self.run_dir, self.cfg, self.service, self.every_s = run, cfg, service, every_s
+        self._last = time.monotonic()
+
+    def __call__(self) -> None:
+        from wmrl.orchestration import launch
+
+        if time.monotonic() - self._last < self.every_s:
+            return
+        self._last = time.monotonic()
+        if self.service.spool.counts()["queued"] == 0:
+            return
+        arrays = [r.job_id for r in launch.load_jobs(self.run_dir) if r.kind == launch.WORKERS]
+        if launch.active_tasks(arrays) == 0:
+            job_id = launch.submit_workers(self.cfg, self.run_dir)
+            record_event(self.run_dir, "workers_resubmitted", array_job_id=job_id)
+
+
+class SaveSchedule:
+    """When to write a checkpoint besides the signals: periodically, and every step near the end of
+    the allocation (``end`` from the job's real start time + time limit; None outside Slurm)."""
+
+    def __init__(self, every_s: float, margin_s: float, end: float | None) -> None:
+        self.every_s, self.margin_s, self.end = every_s, margin_s, end
+        self.last = time.time()
+
+    def due(self, now: float | None = None) -> str | None:
+        now = time.time() if now is None else now
+        if self.end is not None and self.end - now <= self.margin_s:
+            return "allocation-end"
+        if now - self.last >= self.every_s:
+            return "periodic"
+        return None
+
+
+class Coordinator(submitit.helpers.Checkpointable):
+    def __init__(self, run_dir: str, trainer: str = DEFAULT_TRAINER) -> None:
+        self.run_dir = str(run_dir)
+        self.trainer_spec = trainer
+        self._live: dict[str, Any] = {}  # run, store, snapshot, saved step: never pickled
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "trainer_spec": self.trainer_spec}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._live = {}
+
+    # ------------------------------------------------------------------ submitit hooks
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """SIGUSR2: save the last step boundary, then let submitit requeue this same callable."""
+        self._save_snapshot("signal-usr2")
+        if "run" in self._live:
+            record_event(self._live["run"], "requeue", step=self._live.get("saved_step"))
+        return submitit.helpers.DelayedSubmission(Coordinator(self.run_dir, self.trainer_spec))
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._save_snapshot("signal-term")
+        if "run" in self._live:
+            record_event(self._live["run"], "terminated", step=self._live.get("saved_step"))
+        raise SystemExit(128 + signum)
+
+    # ------------------------------------------------------------------ the run
+    def __call__(self, progress: bool = False) -> dict[str, Any]:
+        """Train until the run's last step (or until it is marked ended); ``progress``: a tqdm bar."""
+        run = RunDir.open(self.run_dir)
+        cfg = load_config(run.config_path)
+        handler = _file_log(run)
+        lock = RunLock(run.lock_path, cfg.launch.lock_stale_s, cfg.launch.lock_heartbeat_s)
+        lock.acquire()  # RunLockHeld: another live coordinator owns this run
+        local: LocalExecutor | None = None
+        try:
+            store = CheckpointStore(run.path / "checkpoints")
+            self._live = {"run": run, "store": store, "saved_step": None, "snapshot": None}
+            service = SpoolExecutionService(run, cfg.launch)
+            tick: Callable[[], None] = lambda: None
+            if cfg.launch.executor == "local":
+                local = LocalExecutor(run, cfg.launch.workers, work=cfg.launch.work)
+                local.start()
+            elif cfg.launch.resubmit_workers:
+                tick = WorkerSupervisor(run, cfg, service)
+            trainer = self._start_trainer(cfg, run, store, AnchorRunner(run, cfg, service, tick))
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            return self._loop(cfg, run, trainer, service, progress)
+        finally:
+            if local is not None:
+                local.stop()
+            lock.release()
+            logging.getLogger("wmrl").removeHandler(handler)
+
+    def _start_trainer(self, cfg: WMRLConfig, run: RunDir, store: CheckpointStore,
+                       runner: AnchorRunner) -> Trainer:
+        snap = store.latest()
+        factory = load_factory(self.trainer_spec)
+        if snap is None:
+            trainer = factory(cfg, run, runner, False)
+            self._take_snapshot(trainer)
+            self._save_snapshot("start")
+            record_event(run, "started", step=trainer.step, digest=self._live["snapshot"].digest)
+            return trainer
+        for prefix in {key.split("/", 1)[0] for key in snap.files}:
+            restore_tree(snap.files, prefix, run.path / prefix)
+        trainer = factory(cfg, run, runner, True)
+        trainer.load_state_dict(snap.trainer_state())
+        self._take_snapshot(trainer)
+        resumed = self._live["snapshot"]
+        self._live["saved_step"] = snap.step
+        record_event(run, "resumed", step=trainer.step, checkpoint_step=snap.step,
+                     checkpoint_digest=snap.digest, digest=resumed.digest,
+                     identical=resumed.digest == snap.digest)
+        if resumed.digest != snap.digest:
+            raise RuntimeError(f"restored state of step {snap.step} does not reproduce its checkpoint digest")
+        return trainer
+
+    def _loop(self, cfg: WMRLConfig, run: RunDir, trainer: Trainer,
+              service: SpoolExecutionService, progress: bool) -> dict[str, Any]:
+        from tqdm import tqdm
+
+        from wmrl.orchestration.launch import allocation_end
+
+        bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="steps", disable=not progress)
+
+        schedule = SaveSchedule(cfg.launch.checkpoint_every_s, cfg.launch.checkpoint_margin_s,
+                                allocation_end() if os.environ.get("SLURM_JOB_ID") else None)
+        started = time.time()
+        first_step = trainer.step
+        while trainer.step < trainer.total_steps and not run.is_ended():
+            t0 = time.time()
+            try:
+                metrics = trainer.run_step()
+            except RunEnded:
+                break
+            self._take_snapshot(trainer)
+            append_line_durable(run.path / METRICS, json.dumps(
+                {"step": trainer.step, "step_seconds": time.time() - t0, **metrics}, sort_keys=True))
+            reason = schedule.due()
+            if reason is not None:
+                self._save_snapshot(reason)
+                schedule.last = time.time()
+            self._write_progress(run, trainer, service, started, first_step, "running")
+            bar.update(1)
+            bar.set_postfix(rho=metrics.get("rho"), pairs=metrics.get("n_pairs"))
+        bar.close()
+        self._save_snapshot("end")
+        finished = trainer.step >= trainer.total_steps
+        state = "finished" if finished else f"stopped ({run.ended_reason()})"
+        self._write_progress(run, trainer, service, started, first_step, state)
+        if finished:
+            run.mark_ended("finished")
+        record_event(run, "ended", step=trainer.step, state=state, digest=self._live["snapshot"].digest)
+        return {"step": trainer.step, "state": state, **trainer.progress()}
+
+    # ------------------------------------------------------------------ state
+    def _take_snapshot(self, trainer: Trainer) -> None:
+        import pickle
+
+        files: dict[str, bytes] = {}
+        for prefix, directory in trainer.snapshot_dirs().items():
+            files.update(read_tree(directory, prefix))
+        self._live["snapshot"] = Snapshot(trainer.step, pickle.dumps(trainer.state_dict()), files,
+                                          trainer.state_digest())
+
+    def _save_snapshot(self, reason: str) -> None:
+        snap: Snapshot | None = self._live.get("snapshot")
+        if snap is None or self._live.get("saved_step") == snap.step and reason.startswith("signal"):
+            return  # nothing new since the last save
+        self._live["store"].write(snap, reason)
+        self._live["saved_step"] = snap.step
+        record_event(self._live["run"], "checkpoint", step=snap.step, reason=reason, digest=snap.digest)
+
+    def _write_progress(self, run: RunDir, trainer: Trainer, service: SpoolExecutionService,
+                        started: float, first_step: int, state: str) -> None:
+        elapsed = time.time() - started
+        done_here = trainer.step - first_step
+        per_step = elapsed / done_here if done_here else None
+        progress = {
+            "state": state, "step": trainer.step, "total_steps": trainer.total_steps,
+            "updated_at": time.time(), "seconds_per_step": per_step,
+            "eta_s": per_step * (trainer.total_steps - trainer.step) if per_step else None,
+            "checkpoint_step": self._live.get("saved_step"), "service": service.stats().to_dict(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **trainer.progress(),
+        }
+        atomic_write_json(run.path / PROGRESS, progress)
+
+
+def _file_log(run: RunDir) -> logging.Handler:
+    handler = logging.FileHandler(run.logs / "coordinator.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("wmrl")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    return handler
+
+
+def read_events(run: RunDir) -> list[dict[str, Any]]:
+    """The coordinator's event log (a torn last line is skipped)."""
+    out = []
+    try:
+        lines = (run.path / EVENTS).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def iter_metrics(run: RunDir) -> Iterable[dict[str, Any]]:
+    """metrics.jsonl, last record per step (a step redone after a restart is logged twice)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    try:
+        lines = (run.path / METRICS).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        by_step[int(record["step"])] = record
+    return [by_step[k] for k in sorted(by_step)]
