@@ -1,0 +1,1 @@
+"""The built-in task pool: one module per modality, built by ``build.build_pool``."""

@@ -1,0 +1,196 @@
+"""Build the built-in pool: write each task's files, run its reference solutions, make its leaderboard.
+
+The reference solutions are trusted code (written by this module), so the build runs them in-process
+with ``DATA_DIR``/``SUBMISSION_PATH`` set; agents' code only ever runs in the sandbox. Every output is
+a function of the package versions only: the same build writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from threadpoolctl import threadpool_limits
+from tqdm import tqdm
+
+from wmrl.grading.leaderboard import Leaderboard
+from wmrl.grading.metrics import MAXIMIZE, get_metric
+from wmrl.grading.validate import answers_matrix, validate_submission
+from wmrl.tasks.builtin.refcode import make_code
+from wmrl.tasks.builtin.spec import TaskData
+
+BUILTIN_VERSION = "builtin-v1"
+LEADERBOARD_SIZE = 60  # reference scores plus synthetic entries around them
+_FLOAT = "%.6g"
+
+
+def family_registry() -> dict[str, Callable[[], TaskData]]:
+    from wmrl.tasks.builtin import images, tabular, text
+
+    out: dict[str, Callable[[], TaskData]] = {}
+    for module in (tabular, images, text):
+        for family in module.FAMILIES:
+            out[family.__name__] = family
+    return out
+
+
+def _write_csv(path: Path, frame: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(frame.to_csv(index=False, float_format=_FLOAT, lineterminator="\n"), encoding="utf-8")
+
+
+def describe(data: TaskData) -> str:
+    metric = get_metric(data.metric)
+    better = "higher is better" if metric.direction == MAXIMIZE else "lower is better"
+    columns = ", ".join(f"`{c}`" for c in data.sample_submission.columns)
+    what = {
+        "label": f"the predicted `{data.target}` label",
+        "value": f"the predicted value of `{data.target}`",
+        "prob_binary": f"the predicted probability that `{data.target}` is 1",
+        "prob_multi": f"one predicted probability per class of `{data.target}`",
+    }[data.output]
+    notes = "\n".join(f"- {note}" for note in data.data_notes)
+    return (
+        f"# {data.name}\n\n{data.summary}\n\n## Evaluation\n\n"
+        f"Submissions are evaluated with **{metric.name}** ({better}) against the hidden labels of the test set.\n\n"
+        f"## Data\n\n- `train.csv`: training rows with the target `{data.target}`.\n"
+        f"- `test.csv`: test rows without the target; predict one row per `id`.\n"
+        f"- `sample_submission.csv`: a valid submission in the required format.\n{notes}\n\n"
+        f"## Submission\n\nA CSV file with the columns {columns}: the test `id` and {what}.\n"
+    )
+
+
+@contextlib.contextmanager
+def _contract_env(public_dir: Path, submission: Path) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in ("DATA_DIR", "SUBMISSION_PATH")}
+    os.environ["DATA_DIR"], os.environ["SUBMISSION_PATH"] = str(public_dir), str(submission)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_reference(code: str, filename: str, public_dir: Path, submission: Path) -> None:
+    """Run a trusted reference solution in-process, its output swallowed."""
+    # One thread, as in the sandbox (sandbox.threads=1): scores do not depend on the machine's cores.
+    with _contract_env(public_dir, submission), contextlib.redirect_stdout(io.StringIO()), threadpool_limits(1):
+        exec(compile(code, filename, "exec"), {"__name__": "__main__"})  # noqa: S102 - our own code
+
+
+def synthetic_entries(scores: Sequence[float], metric_name: str, task_id: str, total: int) -> list[float]:
+    """Entries around the reference scores: a few better than the best, a few worse than the worst,
+    the rest near reference scores, so that no reference sits at position 1 or N by construction."""
+    metric = get_metric(metric_name)
+    sign = 1.0 if metric.direction == MAXIMIZE else -1.0
+    best, worst = (max(scores), min(scores)) if sign > 0 else (min(scores), max(scores))
+    spread = abs(best - worst) or 0.01
+    rng = np.random.default_rng(zlib.crc32(task_id.encode()))
+    extra = [best + sign * spread * f for f in (0.01, 0.03, 0.06)]
+    extra += [worst - sign * spread * f for f in (0.02, 0.05, 0.1, 0.2)]
+    while len(scores) + len(extra) < total:
+        extra.append(float(rng.choice(scores)) + rng.normal(0, 0.05 * spread))
+    return [float(np.clip(x, metric.low, metric.high)) for x in extra]
+
+
+def write_leaderboard(path: Path, entries: list[tuple[float, str]], direction: str) -> Leaderboard:
+    ordered = sorted(entries, key=lambda e: (-e[0] if direction == MAXIMIZE else e[0], e[1]))
+    frame = pd.DataFrame({"rank": range(1, len(ordered) + 1), "score": [round(s, 6) for s, _ in ordered],
+                          "source": [src for _, src in ordered]})
+    _write_csv(path, frame)
+    return Leaderboard.from_scores(frame["score"].tolist(), direction)
+
+
+def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
+    public, private, reference = task_dir / "public", task_dir / "private", task_dir / "reference"
+    public.mkdir(parents=True)
+    (public / "description.md").write_text(describe(data), encoding="utf-8")
+    _write_csv(public / "train.csv", data.train)
+    _write_csv(public / "test.csv", data.test)
+    _write_csv(public / "sample_submission.csv", data.sample_submission)
+    for relative, payload in sorted(data.files.items()):
+        (public / relative).parent.mkdir(parents=True, exist_ok=True)
+        (public / relative).write_bytes(payload)
+    _write_csv(private / "answers.csv", data.answers)
+    metric = get_metric(data.metric)
+    answers = pd.read_csv(private / "answers.csv", dtype={"id": str})
+    targets = tuple(data.sample_submission.columns[1:])
+    y_true = answers_matrix(answers, targets, metric)
+    reference.mkdir(parents=True)
+    raw: dict[str, float] = {}
+    for variant in data.variants:
+        code = make_code(data, variant)
+        (reference / f"{variant.name}.py").write_text(code, encoding="utf-8")
+        submission = scratch / f"{data.task_id}-{variant.name}.csv"
+        run_reference(code, f"{variant.name}.py", public, submission)
+        check = validate_submission(submission, answers, "id", targets, metric)
+        if not check.valid:
+            raise RuntimeError(f"{data.task_id}: reference {variant.name} wrote an invalid submission: {check.reason}")
+        raw[variant.name] = round(metric(y_true, check.y_pred), 6)
+    scores = list(raw.values())
+    entries = [(s, f"reference:{n}") for n, s in raw.items()]
+    entries += [(s, "synthetic") for s in synthetic_entries(scores, data.metric, data.task_id, LEADERBOARD_SIZE)]
+    board = write_leaderboard(private / "leaderboard.csv", entries, metric.direction)
+    index = {"solutions": [
+        {"name": v.name, "file": f"{v.name}.py", "raw_score": raw[v.name], "weak": v.weak,
+         "position_score": round(board.position_score(raw[v.name]), 6),
+         "note": f"model={v.model} params={json.dumps(v.params, sort_keys=True)} features={v.features} "
+                 f"fraction={v.fraction}"}
+        for v in data.variants
+    ]}
+    (reference / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    meta = {"task_id": data.task_id, "name": data.name, "metric": data.metric, "direction": metric.direction,
+            "category": data.category, "split": data.split, "source": data.source, "version": BUILTIN_VERSION}
+    (task_dir / "task.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    # Defence in depth: the sandbox runs under a fresh uid and only ever gets public/ bound, but
+    # even a mistaken bind of private/ must not let it read the answers.
+    private.chmod(0o700)
+    return meta
+
+
+def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
+    """Build the pool (or the families in ``only``) into ``root``, replacing it as a whole.
+
+    Files are written into a sibling temp directory that is renamed into place at the end, so a
+    reader sees either no pool or a complete one.
+    """
+    root = Path(root)
+    registry = family_registry()
+    names = list(only) if only else list(registry)
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise ValueError(f"unknown built-in task family {unknown}; allowed: {', '.join(registry)}")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{root.name}.", dir=root.parent))
+    metas = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="wmrl-build-") as scratch:
+            for name in tqdm(names, desc="building tasks", unit="task", disable=not progress):
+                data = registry[name]()
+                metas.append(build_task(data, staging / data.task_id, Path(scratch)))
+        pool = {"version": BUILTIN_VERSION, "tasks": [
+            {k: m[k] for k in ("task_id", "split", "category", "metric")} for m in metas]}
+        (staging / "pool.json").write_text(json.dumps(pool, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        if root.exists():
+            old = root.with_name(f".tmp-old-{root.name}.{os.getpid()}")
+            os.replace(root, old)
+            os.replace(staging, root)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return metas

@@ -1,0 +1,92 @@
+"""Task pools: a directory of task directories (any layout), and the built-in pool built on first use."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from wmrl.tasks.layouts import detect_layout, load_task
+from wmrl.tasks.task import SPLITS, Task, TaskError
+
+ENV_VAR = "WMRL_TASKS_DIR"
+
+
+def default_pool_root(configured: str | Path | None = None) -> Path:
+    """``tasks.root`` if set, else ``$WMRL_TASKS_DIR``, else ``~/.cache/wmrl/tasks/builtin-v1``."""
+    from wmrl.tasks.builtin.build import BUILTIN_VERSION
+
+    if configured:
+        return Path(configured).expanduser()
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    return Path.home() / ".cache" / "wmrl" / "tasks" / BUILTIN_VERSION
+
+
+def load_pool(root: Path, split: str | None = None, competitions_dir: Path | None = None) -> list[Task]:
+    """Every task below ``root`` (sorted by id), optionally only those of ``split``."""
+    root = Path(root)
+    if split not in (None, "all", *SPLITS):
+        raise TaskError(f"split={split!r}; allowed: all, {', '.join(SPLITS)}")
+    if not root.is_dir():
+        raise TaskError(f"task pool not found: {root} (build the built-in one with `wmrl tasks build --root {root}`)")
+    tasks = [
+        load_task(child, competitions_dir)
+        for child in sorted(root.iterdir())
+        if child.is_dir() and not child.name.startswith(".") and detect_layout(child) is not None
+    ]
+    if not tasks:
+        raise TaskError(f"{root}: holds no task directories (wmrl, MLE-bench or MLE-Dojo layout)")
+    if split not in (None, "all"):
+        tasks = [t for t in tasks if t.split == split]
+    return sorted(tasks, key=lambda t: t.task_id)
+
+
+def find_task(root: Path, task_id: str) -> Task:
+    """The task called ``task_id`` in the pool at ``root``; a path to a task directory also works."""
+    candidate = Path(task_id)
+    if candidate.is_dir() and detect_layout(candidate) is not None:
+        return load_task(candidate)
+    direct = Path(root) / task_id
+    if direct.is_dir() and detect_layout(direct) is not None:
+        return load_task(direct)
+    tasks = load_pool(root)
+    for task in tasks:
+        if task.task_id == task_id:
+            return task
+    raise TaskError(f"no task {task_id!r} in {root}; tasks: {', '.join(t.task_id for t in tasks)}")
+
+
+def _pool_complete(root: Path) -> bool:
+    from wmrl.tasks.builtin.build import BUILTIN_VERSION
+
+    try:
+        return json.loads((root / "pool.json").read_text())["version"] == BUILTIN_VERSION
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def ensure_builtin_pool(root: str | Path | None = None, progress: bool = True, only: list[str] | None = None) -> Path:
+    """Return the built-in pool's root, building it first if it is missing.
+
+    ``only`` builds a subset of the families (tests); the result then counts as the complete pool.
+
+    A file lock next to the pool keeps two processes (e.g. array tasks starting together on shared
+    storage) from building at once; the loser waits and then finds the pool complete.
+    """
+    from wmrl.tasks.builtin.build import build_pool
+
+    root = default_pool_root(root)
+    if _pool_complete(root):
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = root.with_name(f".{root.name}.lock")
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not _pool_complete(root):
+                build_pool(root, only=only, progress=progress)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return root
