@@ -25,7 +25,10 @@ SUBCOMMANDS: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wmrl", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="wmrl",
+        description="World Model RL for LLM research agents: simulate, build tasks, execute, launch on Slurm.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:

@@ -78,6 +78,13 @@ class Tracker:
 
     # ------------------------------------------------------------------ logging
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self._log_batch([(key, value, step) for key, value in metrics.items()])
+
+    def log_history(self, history: Mapping[str, list[float]], steps: list[int]) -> None:
+        """Log whole per-step curves at once (for results computed in another process)."""
+        self._log_batch([(key, values[i], step) for key, values in history.items() for i, step in enumerate(steps)])
+
+    def _log_batch(self, rows: list[tuple[str, float | None, int]]) -> None:
         if self._client is None:
             return
         from mlflow.entities import Metric
@@ -85,16 +92,11 @@ class Tracker:
         now = int(time.time() * 1000)
         batch = [
             Metric(key, float(value), now, int(step))
-            for key, value in metrics.items()
+            for key, value, step in rows
             if value is not None and math.isfinite(float(value))
         ]
         for start in range(0, len(batch), 1000):  # MLflow's batch limit on metrics
             self._client.log_batch(self.run_id, metrics=batch[start : start + 1000])
-
-    def log_history(self, history: Mapping[str, list[float]], steps: list[int]) -> None:
-        """Log whole per-step curves at once (for results computed in another process)."""
-        for i, step in enumerate(steps):
-            self.log_metrics({key: values[i] for key, values in history.items()}, step=step)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         if self._client is not None:
