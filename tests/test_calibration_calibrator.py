@@ -1,0 +1,255 @@
+"""The Calibrator facade: schedule, variants' switches, degenerate steps, exact save/restore."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmrl.calibration.calibrator import SNAPSHOT_EVERY, STATE_NAME, Calibrator
+from wmrl.calibration.debias import fit_isotonic
+from wmrl.calibration.denoise import normalised_residual
+from wmrl.calibration.pool import LOG_NAME, AnchorPair
+from wmrl.config import AlgorithmConfig
+from wmrl.io import read_json
+
+GRID = np.linspace(0.0, 1.0, 10_001)
+
+
+def cfg(**kw: object) -> AlgorithmConfig:
+    base = {"min_pairs": 64, "refit_every": 32, "eta_window": 48, "w_max": 4.0}
+    base.update(kw)
+    return AlgorithmConfig(**base)  # type: ignore[arg-type]
+
+
+def step_pairs(
+    step: int, n_groups: int = 2, n: int = 8, seed: int = 0, noise: float = 0.1
+) -> list[AnchorPair]:
+    """One step's anchor groups from a biased world model r_hat = r^2 + noise."""
+    rng = np.random.default_rng([seed, step])
+    out = []
+    for g in range(n_groups):
+        r = rng.random(n)
+        r_hat = np.clip(r**2 + rng.normal(0, noise, n), 0, 1)
+        out += [
+            AnchorPair(
+                f"s{step}/g{g}/t{i}",
+                step,
+                f"task{g}",
+                f"s{step}/g{g}",
+                f"t{i}",
+                float(r_hat[i]),
+                float(r[i]),
+            )
+            for i in range(n)
+        ]
+    return out
+
+
+def run(cal: Calibrator, steps: range, **kw: object) -> None:
+    for s in steps:
+        cal.observe(step_pairs(s, **kw), s)  # type: ignore[arg-type]
+
+
+def test_identity_and_rho_one_during_warm_up() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(3))  # 48 < 64 pairs
+    assert cal.calibrate(GRID).tolist() == GRID.tolist()
+    assert cal.rho == 1.0
+    assert np.isnan(cal.snapshot()["eta2_cal"])
+
+
+def test_first_fit_at_min_pairs_fixes_eta2_cal() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(4))  # exactly 64 pairs
+    pred, true = cal.pool.arrays()
+    x, y = fit_isotonic(pred, true)
+    window = cal.pool.recent(48)
+    expected = normalised_residual(
+        np.interp([p.predicted for p in window], x, y),
+        np.array([p.true for p in window]),
+        [p.group_id for p in window],
+    )
+    snap = cal.snapshot()
+    assert snap["n_refits"] == 1
+    assert snap["eta2_cal"] == pytest.approx(expected)
+    assert cal.rho == pytest.approx(2.0)
+    run(cal, range(4, 10))
+    assert cal.snapshot()["eta2_cal"] == snap["eta2_cal"]
+
+
+def test_refits_follow_refit_every() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(10))  # 160 pairs: fits at 64, 96, 128, 160
+    assert cal.snapshot()["n_refits"] == 4
+
+
+def test_debias_off_keeps_identity_and_uses_raw_residual() -> None:
+    cal = Calibrator(cfg(), debias=False)
+    run(cal, range(6))
+    assert cal.calibrate(GRID).tolist() == GRID.tolist()
+    window = cal.pool.recent(48)
+    raw = normalised_residual(
+        np.array([p.predicted for p in window]),
+        np.array([p.true for p in window]),
+        [p.group_id for p in window],
+    )
+    assert cal.snapshot()["eta2"] == pytest.approx(raw)
+
+
+def test_denoise_off_keeps_rho_one() -> None:
+    cal = Calibrator(cfg(), denoise=False)
+    run(cal, range(6), noise=0.3)
+    assert cal.rho == 1.0
+
+
+def test_step_without_new_pairs_leaves_rho_unchanged() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(6))
+    before = cal.snapshot()
+    cal.observe([], 6)
+    cal.observe(step_pairs(5), 7)  # only duplicates
+    after = cal.snapshot()
+    assert {k: after[k] for k in ("rho", "eta2", "n_pairs", "n_refits")} == {
+        k: before[k] for k in ("rho", "eta2", "n_pairs", "n_refits")
+    }
+
+
+def test_rho_rises_to_w_max_when_the_world_model_degrades() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(6), noise=0.05)
+    run(cal, range(6, 20), noise=0.5)
+    assert cal.rho == 4.0
+
+
+def test_observing_an_older_step_is_rejected() -> None:
+    cal = Calibrator(cfg())
+    cal.observe(step_pairs(3), 3)
+    with pytest.raises(ValueError, match="older than"):
+        cal.observe(step_pairs(2), 2)
+
+
+def test_calibrate_keeps_the_shape_of_group_arrays() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(6))
+    groups = GRID[:64].reshape(8, 8)
+    out = cal.calibrate(groups)
+    assert out.shape == (8, 8)
+    assert out.ravel().tolist() == cal.calibrate(GRID[:64]).tolist()
+
+
+def test_calibrate_rejects_bad_scores() -> None:
+    with pytest.raises(ValueError, match="r_hat"):
+        Calibrator(cfg()).calibrate([0.2, float("nan")])
+
+
+def test_save_needs_a_directory() -> None:
+    with pytest.raises(ValueError, match="in-memory"):
+        Calibrator(cfg()).save()
+
+
+def test_reloaded_calibrator_is_bit_identical(tmp_path: Path) -> None:
+    cal = Calibrator(cfg(), tmp_path)
+    run(cal, range(15))
+    cal.calibrate(np.linspace(0.3, 0.9, 50))
+    cal.save()  # calibrate() does not persist; the scores it saw feed the coverage audit
+    loaded = Calibrator.load(cfg(), tmp_path)
+    assert cal.calibrate(GRID).tobytes() == loaded.calibrate(GRID).tobytes()
+    assert loaded.snapshot() == cal.snapshot()
+    # JSON text, so that NaNs of skipped checks compare equal
+    assert json.dumps(loaded.audit().to_dict(), default=str) == json.dumps(
+        cal.audit().to_dict(), default=str
+    )
+
+
+def test_reloaded_calibrator_continues_like_the_original(tmp_path: Path) -> None:
+    reference = Calibrator(cfg())
+    run(reference, range(15))
+    cal = Calibrator(cfg(), tmp_path / "a")
+    run(cal, range(7))
+    resumed = Calibrator.load(cfg(), tmp_path / "a")
+    run(resumed, range(7, 15))
+    assert resumed.calibrate(GRID).tobytes() == reference.calibrate(GRID).tobytes()
+    assert resumed.snapshot() == reference.snapshot()
+
+
+def test_steps_logged_after_the_snapshot_are_replayed_exactly(tmp_path: Path) -> None:
+    reference = Calibrator(cfg())
+    run(reference, range(SNAPSHOT_EVERY + 6))  # one automatic snapshot, then 6 logged steps
+    cal = Calibrator(cfg(), tmp_path)
+    run(cal, range(SNAPSHOT_EVERY + 6))
+    assert read_json(tmp_path / STATE_NAME)["n_pairs"] == 16 * SNAPSHOT_EVERY
+    loaded = Calibrator.load(cfg(), tmp_path)  # as after a crash: no save() since the snapshot
+    assert loaded.calibrate(GRID).tobytes() == reference.calibrate(GRID).tobytes()
+    assert loaded.snapshot() == reference.snapshot()
+
+
+@pytest.mark.parametrize("save_late", [False, True])
+def test_load_at_a_step_restores_that_step(tmp_path: Path, save_late: bool) -> None:
+    reference = Calibrator(cfg())
+    run(reference, range(8))
+    cal = Calibrator(cfg(), tmp_path)
+    run(cal, range(12))
+    if save_late:
+        cal.save()  # the snapshot is newer than the step asked for: rebuilt from the log
+    loaded = Calibrator.load(cfg(), tmp_path, step=7)
+    assert loaded.snapshot() == reference.snapshot()
+    assert loaded.calibrate(GRID).tobytes() == reference.calibrate(GRID).tobytes()
+    run(loaded, range(8, 12))  # the trainer redoes steps 8-11; the old records were cut off
+    run(reference, range(8, 12))
+    assert Calibrator.load(cfg(), tmp_path).snapshot() == reference.snapshot()
+
+
+def test_torn_last_record_is_ignored_on_load(tmp_path: Path) -> None:
+    cal = Calibrator(cfg(), tmp_path)
+    run(cal, range(6))
+    with open(tmp_path / LOG_NAME, "ab") as handle:
+        handle.write(b'{"step": 6, "pairs": [["s6/g0/t0", 6, "ta')
+    assert Calibrator.load(cfg(), tmp_path).snapshot() == cal.snapshot()
+
+
+def test_snapshot_beyond_the_log_is_reported(tmp_path: Path) -> None:
+    cal = Calibrator(cfg(), tmp_path)
+    run(cal, range(3))
+    cal.save()
+    (tmp_path / LOG_NAME).write_text("")
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        Calibrator.load(cfg(), tmp_path)
+
+
+def test_variant_flags_survive_a_restart(tmp_path: Path) -> None:
+    run(Calibrator(cfg(), tmp_path, debias=False), range(6))
+    loaded = Calibrator.load(cfg(), tmp_path)
+    assert (loaded.debias, loaded.denoise) == (False, True)
+    assert loaded.calibrate(GRID).tolist() == GRID.tolist()
+
+
+def test_new_calibrator_refuses_existing_state(tmp_path: Path) -> None:
+    Calibrator(cfg(), tmp_path)
+    with pytest.raises(FileExistsError, match="load"):
+        Calibrator(cfg(), tmp_path)
+
+
+def test_load_without_state_says_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=STATE_NAME):
+        Calibrator.load(cfg(), tmp_path)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    noise=st.floats(0.0, 1.0),
+    w_max=st.floats(1.0, 10.0),
+    steps=st.integers(1, 12),
+)
+def test_rho_stays_in_range_for_any_stream(
+    seed: int, noise: float, w_max: float, steps: int
+) -> None:
+    cal = Calibrator(cfg(w_max=w_max, min_pairs=32, refit_every=16))
+    for s in range(steps):
+        cal.observe(step_pairs(s, seed=seed, noise=noise), s)
+        assert 1.0 <= cal.rho <= w_max

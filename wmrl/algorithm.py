@@ -1,0 +1,186 @@
+"""The pure algorithm layer of WMRL (paper §3), shared by every trainer.
+
+One step, top to bottom:
+  1. ``executed_groups``: which of the m groups are really executed (anchor groups G_E);
+  2. ``training_scores``: the score each trajectory trains on (true r on G_E; r_hat, or f_hat(r_hat)
+     when debiasing, on the world-model groups G_WM);
+  3. ``group_advantages``: A_i = r_i - mean_j r_j within each group (Eq. 1/2, no std division);
+  4. ``group_weights``: the per-group loss weights of the fused gradient
+     g = (rho g_E + g_WM) / (rho |G_E| + |G_WM|) (Eq. 5, implementation form); they sum to one.
+The per-trajectory loss is then  -sum_k w_k (1/n) sum_i A_ki log pi(tau_ki).
+
+Variants differ only in which groups are executed and trained on, and which correction is on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from wmrl.config import VARIANTS
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    executes_all: bool  # grpo_real: every group really executed
+    trains_on_wm: bool  # world-model groups contribute to the gradient (False for grpo_real / grpo_anchor_only)
+    needs_anchors: bool  # anchor groups are executed (False only for pure_wm)
+    debias: bool  # world-model scores go through f_hat (Eq. 4)
+    denoise: bool  # anchor groups weighted by rho (Eq. 5); otherwise rho = 1
+
+
+# fmt: off
+#                 name                executes_all trains_on_wm needs_anchors debias denoise
+_TABLE = [
+    Variant("grpo_real",          True,        False,       True,         False, False),
+    Variant("grpo_anchor_only",   False,       False,       True,         False, False),
+    Variant("pure_wm",            False,       True,        False,        False, False),
+    Variant("mixture",            False,       True,        True,         False, False),
+    Variant("debias_only",        False,       True,        True,         True,  False),
+    Variant("denoise_only",       False,       True,        True,         False, True),
+    Variant("wmrl",               False,       True,        True,         True,  True),
+]
+# fmt: on
+_VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}
+assert tuple(_VARIANTS) == VARIANTS, "algorithm variants and config VARIANTS must agree"
+
+
+def get_variant(name: str) -> Variant:
+    try:
+        return _VARIANTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- 1. which groups execute
+
+
+def n_anchor_groups(m: int, anchor_frac: float, min_anchor_groups: int) -> int:
+    """round(anchor_frac * m), at least ``min_anchor_groups``, at most m (half rounds up)."""
+    if m < 1:
+        raise ValueError(f"m={m}: a step needs at least one group")
+    if not 0.0 < anchor_frac <= 1.0:
+        raise ValueError(f"anchor_frac={anchor_frac} must lie in (0, 1]")
+    if not 0 <= min_anchor_groups <= m:
+        raise ValueError(f"min_anchor_groups={min_anchor_groups} must lie in [0, m={m}]")
+    # +1e-9 so that 0.3 * 10 = 3.0000000000000004 or 2.9999999999999996 both give 3
+    return min(m, max(min_anchor_groups, math.floor(anchor_frac * m + 0.5 + 1e-9)))
+
+
+def choose_anchor_groups(
+    m: int, anchor_frac: float, min_anchor_groups: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Boolean mask (m,) with ``n_anchor_groups(...)`` groups chosen uniformly at random."""
+    k = n_anchor_groups(m, anchor_frac, min_anchor_groups)
+    mask = np.zeros(m, dtype=bool)
+    mask[rng.choice(m, size=k, replace=False)] = True
+    return mask
+
+
+def executed_groups(
+    variant: Variant, m: int, anchor_frac: float, min_anchor_groups: int, rng: np.random.Generator
+) -> np.ndarray:
+    """The groups a variant really executes this step: all (grpo_real), none (pure_wm) or the anchors."""
+    if variant.executes_all:
+        return np.ones(m, dtype=bool)
+    if not variant.needs_anchors:
+        return np.zeros(m, dtype=bool)
+    return choose_anchor_groups(m, anchor_frac, min_anchor_groups, rng)
+
+
+# --------------------------------------------------------------------------- 2-3. scores and advantages
+
+
+def check_groups(name: str, scores: np.ndarray) -> np.ndarray:
+    """(G, n) float scores in [0, 1], G >= 1 groups of n >= 2 trajectories; clear errors otherwise."""
+    x = np.asarray(scores, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (groups, trajectories); got shape {x.shape}")
+    if x.shape[0] == 0:
+        raise ValueError(f"{name} holds no groups (shape {x.shape})")
+    if x.shape[1] == 0:
+        raise ValueError(
+            f"{name}: the groups are empty (shape {x.shape}); GRPO needs n >= 2 trajectories per group"
+        )
+    if x.shape[1] == 1:
+        raise ValueError(
+            f"{name}: groups of size 1 (shape {x.shape}); GRPO needs n >= 2 trajectories per group, "
+            "a single trajectory has advantage 0"
+        )
+    bad = ~((x >= 0.0) & (x <= 1.0))
+    if bad.any():
+        g, i = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name}[{g}, {i}] = {float(x[g, i])!r} is NaN or outside [0, 1]; scores must lie in [0, 1]"
+        )
+    return x
+
+
+def group_advantages(scores: np.ndarray) -> np.ndarray:
+    """Eq. 1/2: A_i = r_i - (1/n) sum_j r_j within each group (no std division)."""
+    x = check_groups("scores", scores)
+    return x - x.mean(axis=1, keepdims=True)
+
+
+def training_scores(
+    variant: Variant,
+    predicted: np.ndarray,
+    true: np.ndarray,
+    executed: np.ndarray,
+    calibrate: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """(m, n) scores to train on: true r on executed groups, r_hat or f_hat(r_hat) (Eq. 4) elsewhere.
+
+    ``true`` is only read on executed groups (other rows may hold NaN); ``predicted`` only elsewhere.
+    """
+    executed = np.asarray(executed, dtype=bool)
+    out = np.empty(np.shape(predicted), dtype=np.float64)
+    if executed.any():
+        out[executed] = check_groups("true scores of executed groups", np.asarray(true)[executed])
+    wm = ~executed
+    if wm.any():
+        r_hat = check_groups("world-model scores", np.asarray(predicted)[wm])
+        out[wm] = calibrate(r_hat) if variant.debias else r_hat
+    return out
+
+
+# --------------------------------------------------------------------------- 4. fused-gradient weights
+
+
+def stream_weights(rho: float, n_anchor_groups: int, n_wm_groups: int) -> tuple[float, float]:
+    """Eq. 5 implementation form: (rho/(rho|G_E|+|G_WM|), 1/(rho|G_E|+|G_WM|)), per group."""
+    if not (math.isfinite(rho) and rho >= 1.0):
+        raise ValueError(f"rho={rho!r} must be a finite number >= 1")
+    if n_anchor_groups < 0 or n_wm_groups < 0 or n_anchor_groups + n_wm_groups == 0:
+        raise ValueError(
+            f"group counts |G_E|={n_anchor_groups}, |G_WM|={n_wm_groups} must be >= 0 with at least one group"
+        )
+    denom = rho * n_anchor_groups + n_wm_groups
+    return rho / denom, 1.0 / denom
+
+
+def group_weights(variant: Variant, rho: float, executed: np.ndarray) -> np.ndarray:
+    """Per-group loss weights (m,) of one step; they sum to one.
+
+    Groups a variant does not train on (world-model groups of grpo_real/grpo_anchor_only) get 0;
+    rho is used only by the denoising variants (else 1, i.e. equal weights 1/#trained groups).
+    """
+    executed = np.asarray(executed, dtype=bool)
+    if executed.ndim != 1 or executed.size == 0:
+        raise ValueError(
+            f"executed must be a non-empty 1-D mask of groups; got shape {executed.shape}"
+        )
+    n_e = int(executed.sum())
+    n_wm = int(executed.size - n_e) if variant.trains_on_wm else 0
+    if n_e + n_wm == 0:
+        raise ValueError(
+            f"variant {variant.name!r} trains on executed groups only, but none was executed this step"
+        )
+    w_e, w_wm = stream_weights(rho if variant.denoise else 1.0, n_e, n_wm)
+    return np.where(executed, w_e, w_wm if variant.trains_on_wm else 0.0)

@@ -1,0 +1,197 @@
+"""The one calibration facade every trainer uses: pool + debiaser (Eq. 4) + denoiser (Eq. 5 weight).
+
+Per step the trainer calls ``observe(pairs, step)`` with the anchor pairs it got, ``calibrate(r_hat)``
+for the world-model groups, and reads ``rho`` for the loss weights.
+
+Persistence (with a directory): the pool's append-only log ``pairs.jsonl`` is the commit point, one
+fsynced record per ``observe`` that added pairs. ``calibrator.json`` is a snapshot of the derived
+state (f_hat's knots, eta2, eta2_cal, rho, ...), atomically replaced by ``save()`` and automatically
+every ``SNAPSHOT_EVERY`` logged steps. ``load`` restores the snapshot and replays the log records
+after it through the same deterministic update, so the restored calibrator is bit-identical to one
+that never stopped, and an update costs one fsync instead of a full state rewrite.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from wmrl.calibration.audit import AuditReport, AuditThresholds, audit_pool
+from wmrl.calibration.debias import Debiaser, as_scores
+from wmrl.calibration.denoise import Denoiser
+from wmrl.calibration.pool import LOG_NAME, AnchorPair, AnchorPool, read_log
+from wmrl.config import AlgorithmConfig
+from wmrl.io import atomic_write_json, read_json
+
+STATE_NAME = "calibrator.json"
+FORMAT = 1
+CHASED_KEEP = 1024  # how many recent calibrate() inputs the coverage audit looks at
+SNAPSHOT_EVERY = 64  # logged steps between automatic snapshots (bounds the replay on load)
+
+log = logging.getLogger(__name__)
+
+
+class Calibrator:
+    def __init__(
+        self,
+        cfg: AlgorithmConfig,
+        directory: Path | None = None,
+        *,
+        debias: bool = True,
+        denoise: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.directory = None if directory is None else Path(directory)
+        if self.directory is not None and (self.directory / STATE_NAME).exists():
+            raise FileExistsError(
+                f"{self.directory} already holds calibration state; use Calibrator.load() to resume"
+            )
+        self.debias, self.denoise = bool(debias), bool(denoise)
+        self.pool = AnchorPool(self.directory)
+        self.debiaser = Debiaser(min_pairs=cfg.min_pairs, refit_every=cfg.refit_every)
+        self.denoiser = Denoiser(w_max=cfg.w_max)
+        self.last_step = -1
+        self._chased = np.empty(0, dtype=np.float64)  # recent world-model scores (audit coverage)
+        self._unsaved = 0  # logged steps since the last snapshot
+        if self.directory is not None:
+            self.save()  # the flags and the empty state: load() always finds a snapshot
+
+    # ------------------------------------------------------------------ per step
+    @property
+    def warmed_up(self) -> bool:
+        """Warm-up ends when the pool first reaches ``min_pairs`` (= the first fit when debiasing)."""
+        return len(self.pool) >= self.cfg.min_pairs
+
+    def observe(self, pairs: Sequence[AnchorPair], step: int) -> None:
+        """Add this step's anchor pairs; refit f_hat if due; update eta2 and rho; persist."""
+        if step < self.last_step:
+            raise ValueError(f"step {step} is older than the last observed step {self.last_step}")
+        self.last_step = int(step)
+        if self.pool.add(pairs, step=step) == 0:
+            return  # no new anchors this step: f_hat, eta2 and rho stay as they were
+        self._update()
+        self._unsaved += 1
+        if self.directory is not None and self._unsaved >= SNAPSHOT_EVERY:
+            self.save()
+
+    def _update(self) -> None:
+        """Refit if due (Eq. 4), then eta2/rho on the recent window (Eq. 5 weight); deterministic."""
+        if self.debias:
+            self.debiaser.update(*self.pool.arrays())
+        window = self.pool.recent(self.cfg.eta_window)
+        r_hat = np.fromiter((p.predicted for p in window), dtype=np.float64, count=len(window))
+        r = np.fromiter((p.true for p in window), dtype=np.float64, count=len(window))
+        residual_base = self.debiaser(r_hat) if self.debias else r_hat  # denoise_only: raw r_hat
+        self.denoiser.update(residual_base, r, [p.group_id for p in window], self.warmed_up)
+
+    def calibrate(self, r_hat: ArrayLike) -> np.ndarray:
+        """f_hat(r_hat) (Eq. 4); identity before ``min_pairs`` pairs or when debiasing is off.
+
+        Call it on world-model groups only: the inputs are kept as "the scores GRPO chases" for the
+        audit's coverage check.
+        """
+        x = as_scores("r_hat", r_hat)
+        flat = x.ravel()
+        self._chased = np.concatenate([self._chased, flat[-CHASED_KEEP:]])[-CHASED_KEEP:]
+        if not self.debias:
+            return x.copy()
+        return self.debiaser(x)
+
+    @property
+    def rho(self) -> float:
+        """Anchor-group weight of Eq. 5; 1.0 when denoising is off or before warm-up."""
+        return self.denoiser.rho if self.denoise else 1.0
+
+    def snapshot(self) -> dict[str, float]:
+        nan = float("nan")
+        d = self.denoiser
+        return {
+            "n_pairs": float(len(self.pool)),
+            "n_refits": float(self.debiaser.n_refits),
+            "fitted": float(self.debiaser.fitted and self.debias),
+            "eta2": nan if d.eta2 is None else d.eta2,
+            "eta2_cal": nan if d.eta2_cal is None else d.eta2_cal,
+            "rho": self.rho,
+            "last_step": float(self.last_step),
+        }
+
+    def audit(self, thresholds: AuditThresholds | None = None) -> AuditReport:
+        """Assumption-6 audit of the pool (see wmrl/calibration/audit.py); logs its warnings."""
+        pred, true = self.pool.arrays()
+        report = audit_pool(
+            pred,
+            true,
+            chased=self._chased if len(self._chased) else None,
+            recent_window=self.cfg.eta_window,
+            thresholds=thresholds,
+        )
+        for message in report.warnings:
+            log.warning("calibration audit: %s", message)
+        return report
+
+    # ------------------------------------------------------------------ persistence
+    def save(self) -> None:
+        """Atomically replace the snapshot (the log already holds every observed pair)."""
+        if self.directory is None:
+            raise ValueError("this Calibrator has no directory (in-memory); pass one to persist it")
+        state = {
+            "format": FORMAT,
+            "n_pairs": len(self.pool),
+            "last_step": self.last_step,
+            "debias": self.debias,
+            "denoise": self.denoise,
+            "debiaser": self.debiaser.to_state(),
+            "denoiser": self.denoiser.to_state(),
+            "chased": self._chased.tolist(),  # restored as of the last snapshot
+        }
+        atomic_write_json(self.directory / STATE_NAME, state)
+        self._unsaved = 0
+
+    @classmethod
+    def load(cls, cfg: AlgorithmConfig, directory: Path, *, step: int | None = None) -> Calibrator:
+        """Resume exactly: same pool, same f_hat (bit-identical outputs), same eta2/eta2_cal/rho.
+
+        ``step``: restore the state as of the end of that step (e.g. the trainer's checkpoint);
+        logged steps after it are ignored and cut off at the next ``observe``.
+        """
+        directory = Path(directory)
+        path = directory / STATE_NAME
+        if not path.exists():
+            raise FileNotFoundError(f"no calibration state in {directory} (expected {STATE_NAME})")
+        state = read_json(path)
+        if state.get("format") != FORMAT:
+            raise ValueError(f"{path}: unsupported format {state.get('format')!r} (reads {FORMAT})")
+        # In memory while the snapshot and the log are replayed into it; attached at the end.
+        cal = cls(cfg, debias=state["debias"], denoise=state["denoise"])
+        records = read_log(directory, max_step=step) if (directory / LOG_NAME).exists() else []
+        done = 0  # records covered by the snapshot
+        if step is None or state["last_step"] <= step:
+            counts = np.cumsum([0] + [len(batch) for _, batch, _ in records])
+            hits = np.flatnonzero(counts == state["n_pairs"])
+            if not len(hits):
+                raise ValueError(
+                    f"{path} covers {state['n_pairs']} pairs but {directory / LOG_NAME} has no record "
+                    f"boundary there (it holds {counts[-1]}); the log is truncated or corrupt"
+                )
+            done = int(hits[0])
+            for _, batch, _ in records[:done]:
+                cal.pool.extend_loaded(batch)
+            cal.debiaser = Debiaser.from_state(
+                state["debiaser"], min_pairs=cfg.min_pairs, refit_every=cfg.refit_every
+            )
+            cal.denoiser = Denoiser.from_state(state["denoiser"], w_max=cfg.w_max)
+            cal.last_step = int(state["last_step"])
+            cal._chased = np.asarray(state["chased"], dtype=np.float64)
+        # else: the snapshot is newer than the requested step; rebuild from the start of the log.
+        for record_step, batch, _ in records[done:]:  # replay exactly what observe() did
+            cal.pool.extend_loaded(batch)
+            cal._update()
+            cal.last_step = max(cal.last_step, record_step)
+        cal.directory = directory
+        cal.pool.attach(directory, records[-1][2] if records else 0)
+        cal._unsaved = len(records) - done
+        return cal

@@ -1,0 +1,114 @@
+"""Inverse-Variance Denoising (paper §3.3, Eq. 5 implementation form; Appendix D).
+
+eta2     = mean over the recent window of (f_hat(r_hat) - r)^2, divided by the mean within-group
+           variance of the true scores in the same window (Appendix D: the normalisation turns a
+           reward-level statistic into an estimate of the gradient-level variance ratio);
+eta2_cal = eta2 at the end of warm-up (the first fit), fixed for the rest of the run (c = 1/eta2_cal);
+rho      = clip(1 + eta2 / eta2_cal, 1, w_max)                (the anchor-group weight of Eq. 5).
+
+Degenerate cases (documented in docs/calibration.md):
+- before warm-up: rho = 1, eta2 and eta2_cal unset;
+- a step without new anchor pairs: nothing is recomputed, rho stays as it was;
+- no within-group spread in the window (every group constant, or no group with two pairs in the
+  window): the normaliser falls back to the variance of all true scores in the window; if that is
+  zero too, the window says nothing about the score spread and eta2/rho are left unchanged (and
+  eta2_cal, if not yet set, is set at the next informative window);
+- eta2_cal = 0 (a perfect fit at warm-up): it is floored at ``ETA2_CAL_FLOOR``, so rho = 1 while the
+  residual stays exactly zero and rho -> w_max as soon as any residual appears.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ETA2_CAL_FLOOR = 1e-8
+
+
+def within_group_variance(true: np.ndarray, group_ids: Sequence[str]) -> float:
+    """Mean over groups (with >= 2 pairs here) of the population variance of their true scores.
+
+    Returns NaN when no group has two pairs in the window. A group cut by the window edge counts with
+    the pairs it has there.
+    """
+    if len(true) != len(group_ids):
+        raise ValueError(f"{len(true)} scores but {len(group_ids)} group ids")
+    _, codes = np.unique(np.asarray(group_ids, dtype=object), return_inverse=True)
+    counts = np.bincount(codes)
+    keep = counts >= 2
+    if not keep.any():
+        return float("nan")
+    mean = np.bincount(codes, weights=true) / counts
+    var = (
+        np.bincount(codes, weights=(true - mean[codes]) ** 2) / counts
+    )  # two-pass: no cancellation
+    return float(var[keep].mean())
+
+
+def spread_normaliser(true: np.ndarray, group_ids: Sequence[str]) -> float:
+    """The within-group variance, or the window's overall variance when that is zero/undefined; 0 if none."""
+    v = within_group_variance(true, group_ids)
+    if not (v > 0.0):
+        v = float(np.var(true)) if len(true) else 0.0
+    return v
+
+
+def normalised_residual(
+    calibrated: np.ndarray, true: np.ndarray, group_ids: Sequence[str]
+) -> float | None:
+    """eta2 of one window; None when the window has no spread of true scores to normalise by."""
+    norm = spread_normaliser(true, group_ids)
+    if not (norm > 0.0):
+        return None
+    mse = float(np.mean((calibrated - true) ** 2))
+    return mse / norm
+
+
+def rho_from(eta2: float, eta2_cal: float, w_max: float) -> float:
+    """rho = clip(1 + eta2 / eta2_cal, 1, w_max) with eta2_cal floored (Eq. 5 weight)."""
+    return float(min(max(1.0 + eta2 / max(eta2_cal, ETA2_CAL_FLOOR), 1.0), w_max))
+
+
+@dataclass
+class Denoiser:
+    w_max: float = 4.0
+    eta2: float | None = None  # latest window value
+    eta2_cal: float | None = None  # fixed once at the end of warm-up
+    rho: float = 1.0
+    n_updates: int = 0
+
+    def update(
+        self, calibrated: np.ndarray, true: np.ndarray, group_ids: Sequence[str], warmed_up: bool
+    ) -> None:
+        """Recompute eta2 and rho from one recent window; call only when new pairs arrived."""
+        if not warmed_up:
+            return  # rho = 1 until the end of warm-up
+        eta2 = normalised_residual(calibrated, true, group_ids)
+        if eta2 is None:
+            return  # no score spread in the window: keep the previous eta2 and rho
+        self.eta2 = eta2
+        if self.eta2_cal is None:
+            self.eta2_cal = eta2
+        self.rho = rho_from(eta2, self.eta2_cal, self.w_max)
+        self.n_updates += 1
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "eta2": self.eta2,
+            "eta2_cal": self.eta2_cal,
+            "rho": self.rho,
+            "n_updates": self.n_updates,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], *, w_max: float) -> Denoiser:
+        return cls(
+            w_max=w_max,
+            eta2=state["eta2"],
+            eta2_cal=state["eta2_cal"],
+            rho=float(state["rho"]),
+            n_updates=int(state["n_updates"]),
+        )
