@@ -48,13 +48,13 @@ class SimulatorConfig:
     quality_beta: float = 4.0
     # Crash probability of an approach grows with its ambition (quality): p = crash_base + crash_slope*q.
     crash_base: float = 0.05
-    crash_slope: float = 0.5
+    crash_slope: float = 0.3
     lr: float = 30.0  # step size on the policy logits
     entropy_coef: float = 0.0  # entropy bonus per group (keeps a collapsed task able to recover)
     # World model: r_hat = clip(phi(r) + N(0, wm_noise^2), 0, 1).
     phi: str = "power"
     phi_param: float = 0.3  # power: exponent; logistic: slope; bump: height; inverted: range width
-    wm_noise: float = 0.05
+    wm_noise: float = 0.03
     # Drift: from this step on phi becomes drift_phi(drift_param) (null: never).
     drift_step: Optional[int] = None
     drift_phi: str = "identity"
@@ -63,7 +63,7 @@ class SimulatorConfig:
     degrade_step: Optional[int] = None
     degrade_noise: float = 0.5
     exec_noise: float = 0.0  # std of the grader's noise on a real execution
-    target_score: float = 0.35  # "executions/compute to reach" this expected true score
+    target_score: float = 0.45  # "executions/compute to reach" this expected true score
     log_every: int = 5  # history (and MLflow metrics) every this many steps
     cost: CostConfig = field(default_factory=CostConfig)
 

@@ -1,0 +1,171 @@
+"""``REPORT.md`` for ``wmrl simulate --scenario all``: each Must-show claim of issue 2, with its numbers.
+
+Every claim is computed from the summaries the scenarios just wrote; nothing here is hard-coded.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl.io import atomic_write_text
+
+
+def _final(report: dict[str, Any], variant: str) -> tuple[float, float]:
+    row = report["variants"][variant]
+    return float(row["final_score"]), float(row["final_score_se"])
+
+
+def _diff(report: dict[str, Any], a: str, b: str) -> tuple[float, float]:
+    """mean(a) - mean(b) and its standard error sqrt(se_a^2 + se_b^2)."""
+    (ma, sa), (mb, sb) = _final(report, a), _final(report, b)
+    return ma - mb, math.hypot(sa, sb)
+
+
+def _mark(ok: bool) -> str:
+    return "**holds**" if ok else "**does not hold**"
+
+
+def _rho_phases(report: dict[str, Any], runs: list[dict[str, Any]], step: int, w_max: float) -> tuple[float, float]:
+    """Mean rho of the wmrl runs over the 50 logged steps before ``step`` and over the last quarter."""
+    before, after = [], []
+    for r in runs:
+        steps, rho = np.asarray(r["steps"]), np.asarray(r["history"]["rho"], dtype=float)
+        before.extend(rho[(steps > step - 50) & (steps <= step)])
+        after.extend(rho[steps > steps[-1] - (steps[-1] - step) // 2])
+    return float(np.mean(before)), float(np.mean(after))
+
+
+def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds: float) -> None:
+    from wmrl.io import read_json
+
+    lines = ["# `wmrl simulate`: the Must-show checks of issue 2", ""]
+    lines += [
+        "Produced by `wmrl simulate --scenario all` (all 7 variants x 5 seeds per scenario, defaults of",
+        "`SimulatorConfig` + the scenario overrides; see `docs/simulate.md`). Scores are the expected true score",
+        "of the final policy (mean over tasks), mean ± standard error over seeds; a difference's SE is",
+        "sqrt(SE_a² + SE_b²). Per-scenario tables and plots are in the sub-directories.",
+        "",
+    ]
+    d = reports.get("default")
+    if d is not None:
+        init = d["variants"]["grpo_real"]["initial_score"]
+        opt = d["variants"]["grpo_real"]["optimum"]
+        lines += ["## 1. Bias floor (scenario `default`: phi(r) = r^0.3, an overconfident world model)", ""]
+        diff, se = _diff(d, "grpo_real", "pure_wm")
+        (g, gse), (p, pse) = _final(d, "grpo_real"), _final(d, "pure_wm")
+        lines += [
+            f"Initial score {init:.4f}, optimum J* {opt:.4f}. grpo_real ends at {g:.4f} ± {gse:.4f}, pure_wm at "
+            f"{p:.4f} ± {pse:.4f}: {diff:.4f} below ({diff / se:.1f} SE); pure_wm gains "
+            f"{100 * (p - init) / (g - init):.0f}% of grpo_real's gain. {_mark(diff > 4 * se)} (criterion: > 4 SE below).",
+            "",
+            "## 2. WMRL vs real-execution GRPO",
+            "",
+        ]
+        diff, se = _diff(d, "wmrl", "grpo_real")
+        frac = d["variants"]["wmrl"]["exec_frac_of_grpo_real"]
+        w = _final(d, "wmrl")
+        ok_score, ok_exec = diff >= -2 * se, frac <= 0.15
+        hours = d["variants"]["grpo_real"]["gpu_hours"] / d["variants"]["wmrl"]["gpu_hours"]
+        lines += [
+            f"wmrl ends at {w[0]:.4f} ± {w[1]:.4f}, grpo_real at {_final(d, 'grpo_real')[0]:.4f}: difference "
+            f"{diff:+.4f} ± {se:.4f} ({diff / se:+.1f} SE) -> within two SE: {_mark(ok_score)}. wmrl recovers "
+            f"{100 * (w[0] - init) / (_final(d, 'grpo_real')[0] - init):.0f}% of grpo_real's gain over the initial policy.",
+            f"Executions: {100 * frac:.1f}% of grpo_real's -> <= 15%: {_mark(ok_exec)}. Compute: grpo_real uses "
+            f"{hours:.1f}x the GPU-hours of wmrl.",
+            "",
+        ]
+        if not ok_score:
+            lines += [
+                "Why the gap: f_hat estimates E[r | r_hat], not phi^-1; with world-model noise it shrinks the best "
+                "(extreme) approaches towards the pool mean, and with crash risk a little of the world model's risk "
+                "aversion survives debiasing. The gap shrinks with `simulator.wm_noise` (docs/simulate.md, Known limits).",
+                "",
+            ]
+        lines += [
+            "## 3. Ablation ordering (paper Table 3)",
+            "",
+        ]
+        m, dn, db, wm = (_final(d, v)[0] for v in ("mixture", "denoise_only", "debias_only", "wmrl"))
+        ordering = m < dn and m < db and dn < wm and db < wm
+        lines += [
+            f"mixture {m:.4f} < denoise_only {dn:.4f}, debias_only {db:.4f} < wmrl {wm:.4f}: {_mark(ordering)}.",
+            f"Gains over mixture: denoise_only {dn - m:+.4f}, debias_only {db - m:+.4f}, wmrl {wm - m:+.4f} "
+            f"(SE of a difference about {_diff(d, 'wmrl', 'mixture')[1]:.4f}).",
+            "",
+        ]
+    h = reports.get("harsh")
+    if h is not None:
+        diff, se = _diff(h, "wmrl", "grpo_real")
+        (w, _), (g, _), (p, _) = (_final(h, v) for v in ("wmrl", "grpo_real", "pure_wm"))
+        init = h["variants"]["wmrl"]["initial_score"]
+        lines += [
+            "### Where WMRL falls short (scenario `harsh`, a documented limit)",
+            "",
+            f"With noise 0.05 on phi(r) = r^0.3 and riskier ambitious approaches, wmrl ends at {w:.4f} vs grpo_real "
+            f"{g:.4f} ({diff:+.4f}, {diff / se:+.1f} SE; pure_wm {p:.4f}); wmrl recovers "
+            f"{100 * (w - init) / (g - init):.0f}% of grpo_real's gain. Near the top phi is flat, noise blurs the best "
+            "approaches together, and the isotonic map estimates E[r | r_hat] (which regresses them to the mean), "
+            "not phi^-1: a bias that no monotone map of r_hat can remove; only the anchor stream carries the "
+            "difference, and rho <= w_max caps its weight.",
+            "",
+        ]
+    f = reports.get("fallback_noise")
+    if f is not None:
+        (w, _), (m, _), (a, _) = (_final(f, v) for v in ("wmrl", "mixture", "grpo_anchor_only"))
+        init = f["variants"]["wmrl"]["initial_score"]
+        diff, se = _diff(f, "wmrl", "mixture")
+        frac = (w - m) / (a - m) if a != m else float("nan")
+        lines += [
+            "## 4. Fallback",
+            "",
+            f"Uninformative world model (`fallback_noise`): wmrl {w:.4f}, mixture {m:.4f}, grpo_anchor_only {a:.4f} "
+            f"(initial {init:.4f}). wmrl beats mixture by {diff:+.4f} ({diff / se:+.1f} SE): {_mark(diff > 2 * se)}. "
+            f"Recovered fraction (wmrl - mixture)/(anchor_only - mixture) = {frac:.2f}; relative to the initial "
+            f"score, (wmrl - init)/(anchor_only - init) = {(w - init) / (a - init):.2f}. "
+            f"Most of the gain (> 0.5): {_mark(frac > 0.5)}.",
+            "",
+        ]
+    g = reports.get("degrade")
+    if g is not None:
+        runs = [r for r in read_json(Path(g["meta"]["out"]) / "runs.json") if r["variant"] == "wmrl"]
+        step, w_max = g["meta"]["degrade_step"], g["meta"]["w_max"]
+        before, after = _rho_phases(g, runs, step, w_max)
+        lines += [
+            f"Degradation (`degrade`, noise jumps at step {step}): wmrl's rho averages {before:.2f} over the 50 steps "
+            f"before and {after:.2f} over the second half after it (w_max = {w_max:g}). Rises towards w_max: "
+            f"{_mark(after > before + 0.5 * (w_max - before))} (criterion: closes more than half the gap to w_max).",
+            "",
+        ]
+    lines += ["## 5. Assumption-6 audit", ""]
+    for name, want in (("nonmonotone", True), ("monotone_stationary", False)):
+        rep = reports.get(name)
+        if rep is None:
+            continue
+        warned = rep["variants"]["wmrl"]["audit_warned"]
+        n_warn, n = (int(x) for x in warned.split("/"))
+        ok = n_warn == n if want else n_warn == 0
+        runs = [r for r in read_json(Path(rep["meta"]["out"]) / "runs.json") if r["variant"] == "wmrl"]
+        gains = [r["audit"].get("monotonicity_gain") for r in runs if r.get("audit")]
+        gaps = [r["audit"].get("stationarity_gap") for r in runs if r.get("audit")]
+        first = next((r["audit"]["warnings"][0] for r in runs if r.get("audit") and r["audit"].get("warnings")), None)
+        lines += [
+            f"- `{name}` ({'should warn' if want else 'should stay silent'}): the audit of the wmrl run warned in "
+            f"{warned} seeds: {_mark(ok)}. Monotonicity gain per seed: "
+            f"{', '.join('-' if x is None else f'{x:.3f}' for x in gains)}; stationarity gap: "
+            f"{', '.join('-' if x is None else f'{x:.3f}' for x in gaps)}."
+            + (f" First warning: \"{first}\"" if first else ""),
+        ]
+    lines += ["", "## 6. Wall time", ""]
+    for name, rep in reports.items():
+        meta = rep["meta"]
+        lines.append(
+            f"- `{name}`: {meta['runs']} runs (all variants x seeds) in {meta['wall_seconds']:.1f} s on "
+            f"{meta['workers']} processes (+ {meta.get('tracking_seconds', 0.0):.1f} s MLflow logging): "
+            f"{_mark(meta['wall_seconds'] < 120)} (< 2 minutes)."
+        )
+    lines += ["", f"All scenarios together: {total_seconds:.1f} s (including plots and tracking).", ""]
+    atomic_write_text(path, "\n".join(lines))
