@@ -5,14 +5,10 @@ strength) as the candidates a trajectory can pick; the softmax policy of ``wmrl 
 to pick. World-model groups are scored by the synthetic world model ``r_hat = phi(r) + noise`` over the
 solution's score known from the pool build; anchor groups are really executed: the request goes
 through the execution service to the workers, the sandbox runs the script, the grader scores its
-submission, and the pair (r_hat, r) enters the Calibrator. One step, in the order of
-``wmrl/simulate/train.py`` (the same algorithm functions, the same policy, the same Calibrator):
-
-  1. groups and roles (``executed_groups``), tasks, ``n`` candidates per group from the policy;
-  2. r_hat for every trajectory from the synthetic world model;
-  3. anchors: ``runner.execute(requests)`` -> true scores r from the grader;
-  4. ``calibrator.observe(pairs)``; 5. training scores + advantages (Eq. 1/2, Eq. 4);
-  6. per-group weights (Eq. 5) and one ascent step on the logits.
+submission, and the pair (r_hat, r) enters the Calibrator. The step is the one of ``wmrl simulate``
+(``wmrl.simulate.step.wmrl_step``); this module supplies its :class:`ExecutedScores` (known build
+scores, anchors through ``runner.execute``; a group with a failed execution is no anchor that step)
+and the coordinator protocol (metrics, state, checkpoints).
 
 Sizes: ``simulator.tasks`` caps the tasks used, ``simulator.candidates`` the candidates per task.
 """
@@ -29,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.algorithm import executed_groups, get_variant, group_advantages, group_weights, training_scores
+from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import STATE_NAME, Calibrator
-from wmrl.calibration.pool import AnchorPair
 from wmrl.config import WMRLConfig
 from wmrl.orchestration.coordinator import AnchorRunner
 from wmrl.orchestration.records import ExecutionRequest
 from wmrl.orchestration.rundir import RunDir
 from wmrl.simulate.cost import CostMeter
 from wmrl.simulate.policy import SoftmaxPolicy
+from wmrl.simulate.step import wmrl_step
 from wmrl.simulate.world_model import SyntheticWorldModel
 
 
@@ -82,6 +78,59 @@ def load_candidates(cfg: WMRLConfig) -> CandidateTable:
                           [[s.code for s in r] for r in refs], known)
 
 
+@dataclass
+class ExecutedScores:
+    """``ScoreSource`` of one step of the end-to-end run: the build's known scores, real executions."""
+
+    table: CandidateTable
+    cfg: WMRLConfig
+    run_id: str
+    step: int
+    runner: AnchorRunner
+    failed: int = 0  # executions the workers gave up on this step
+
+    @property
+    def n_tasks(self) -> int:
+        return self.table.shape[0]
+
+    def task_id(self, task: int) -> str:
+        return self.table.task_ids[task]
+
+    def rollout(self, tasks: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        return self.table.known[tasks[:, None], actions]
+
+    def execute(
+        self, tasks: np.ndarray, actions: np.ndarray, scores: np.ndarray, anchor: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """True scores of the anchor groups; a group with an execution the workers gave up on
+        (``failed``) is no anchor this step (its infrastructure failure is no score)."""
+        executed = np.full(actions.shape, np.nan)
+        if not anchor.any():
+            return executed, anchor
+        requests: dict[tuple[int, int], ExecutionRequest] = {}
+        timeout = self.cfg.sandbox.timeout_s
+        for g in np.flatnonzero(anchor):
+            t = int(tasks[g])
+            for i in range(actions.shape[1]):
+                requests[(g, i)] = ExecutionRequest.create(
+                    self.run_id, self.step, self.table.task_ids[t], int(g), i,
+                    self.table.codes[t][int(actions[g, i])], timeout)
+        launch = self.cfg.launch
+        rounds = math.ceil(len(requests) / max(1, launch.workers))
+        deadline = rounds * launch.max_attempts * (timeout + launch.lease_s) + 60.0
+        done = self.runner.execute(list(requests.values()), deadline)
+        anchor = anchor.copy()
+        for (g, i), request in requests.items():
+            record = done.get(request.request_id)
+            if record is None or record.status != "done" or record.score is None:
+                anchor[g] = False
+                self.failed += 1
+            else:
+                executed[g, i] = record.score
+        executed[~anchor] = np.nan
+        return executed, anchor
+
+
 class AnchoredSimTrainer:
     def __init__(self, cfg: WMRLConfig, run: RunDir, runner: AnchorRunner, resume: bool,
                  table: CandidateTable | None = None) -> None:
@@ -111,76 +160,19 @@ class AnchoredSimTrainer:
 
     # ------------------------------------------------------------------ one step
     def run_step(self) -> dict[str, float]:
-        cfg, step, rng = self.cfg, self.step, self.rng
-        alg = cfg.algorithm
-        n = alg.group_size
-        # 1. groups, roles, candidates
-        anchor = executed_groups(self.variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng)
-        n_tasks = self.table.shape[0]
-        tasks = rng.choice(n_tasks, size=len(anchor), replace=len(anchor) > n_tasks)
-        actions = self.policy.sample(tasks, n, rng)
-        known = self.table.known[tasks[:, None], actions]
-        # 2. the synthetic world model scores every trajectory
-        r_hat = self.wm.predict(known, step, rng)
-        # 3. anchors really execute: sandbox + grader, through the workers
-        executed, anchor = self._execute(tasks, actions, anchor)
-        self.meter.charge(executions=int(anchor.sum()) * n, wm_calls=len(anchor) * n,
-                          trajectories=len(anchor) * n, updates=1)
-        # 4. calibration from the anchor pairs (r_hat, r)
-        cal = self.calibrator
-        if cal is not None and anchor.any():
-            refits = cal.debiaser.n_refits
-            cal.observe(self._pairs(tasks, anchor, r_hat, executed), step)
-            if cal.debiaser.n_refits != refits:
-                self.last_refit_step = step
-        # 5-6. scores, advantages (Eq. 1/2), weights (Eq. 5), update
-        trained = anchor.any() or self.variant.trains_on_wm
-        if trained:
-            scores = training_scores(self.variant, r_hat, executed, anchor,
-                                     cal.calibrate if cal is not None else (lambda x: x))
-            rho = cal.rho if cal is not None else 1.0
-            weights = group_weights(self.variant, rho, anchor)
-            self.policy.step(self.policy.gradient(tasks, actions, group_advantages(scores), weights),
-                             cfg.simulator.lr)
+        source = ExecutedScores(self.table, self.cfg, self.run_dir.run_id, self.step, self.runner)
+        # The world model scores every group, also for variants that do not train on it (it only costs).
+        done = wmrl_step(
+            self.step, variant=self.variant, alg=self.cfg.algorithm, source=source, policy=self.policy,
+            world_model=self.wm if self.variant.trains_on_wm else None, calibrator=self.calibrator,
+            meter=self.meter, rng=self.rng, lr=self.cfg.simulator.lr,
+            entropy_coef=self.cfg.simulator.entropy_coef,
+        )
+        self.failed_executions += source.failed
+        if done.refitted:
+            self.last_refit_step = self.step
         self.step += 1
-        return self._metrics(anchor, executed, known)
-
-    def _execute(self, tasks: np.ndarray, actions: np.ndarray, anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """True scores of the anchor groups; a group with an execution the workers gave up on
-        (``failed``) is no anchor this step (its infrastructure failure is no score)."""
-        executed = np.full(actions.shape, np.nan)
-        if not anchor.any():
-            return executed, anchor
-        requests: dict[tuple[int, int], ExecutionRequest] = {}
-        timeout = self.cfg.sandbox.timeout_s
-        for g in np.flatnonzero(anchor):
-            t = int(tasks[g])
-            for i in range(actions.shape[1]):
-                requests[(g, i)] = ExecutionRequest.create(
-                    self.run_dir.run_id, self.step, self.table.task_ids[t], int(g), i,
-                    self.table.codes[t][int(actions[g, i])], timeout)
-        launch = self.cfg.launch
-        rounds = math.ceil(len(requests) / max(1, launch.workers))
-        deadline = rounds * launch.max_attempts * (timeout + launch.lease_s) + 60.0
-        done = self.runner.execute(list(requests.values()), deadline)
-        anchor = anchor.copy()
-        for (g, i), request in requests.items():
-            record = done.get(request.request_id)
-            if record is None or record.status != "done" or record.score is None:
-                anchor[g] = False
-                self.failed_executions += 1
-            else:
-                executed[g, i] = record.score
-        executed[~anchor] = np.nan
-        return executed, anchor
-
-    def _pairs(self, tasks: np.ndarray, anchor: np.ndarray, r_hat: np.ndarray, r: np.ndarray) -> list[AnchorPair]:
-        step = self.step  # ids are per run (the pool lives in the run), as in wmrl simulate
-        return [
-            AnchorPair(pair_id=f"{step}/{g}/{i}", step=step, task_id=self.table.task_ids[int(tasks[g])],
-                       group_id=f"{step}/{g}", traj_id=str(i), predicted=float(r_hat[g, i]), true=float(r[g, i]))
-            for g in np.flatnonzero(anchor) for i in range(r.shape[1])
-        ]
+        return self._metrics(done.anchor, done.executed, done.scores)
 
     def _metrics(self, anchor: np.ndarray, executed: np.ndarray, known: np.ndarray) -> dict[str, float]:
         probs = self.policy.probs()

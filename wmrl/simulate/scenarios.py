@@ -44,7 +44,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "nonmonotone",
             "non-monotone bias: phi over-rates a band of mediocre solutions (bump at r=0.35)",
-            ("simulator.phi=bump", "simulator.phi_param=0.4"),
+            ("simulator.phi=bump", "simulator.phi_param=0.5"),
         ),
         Scenario(
             "monotone_stationary",

@@ -63,6 +63,7 @@ class StepResult:
     r_hat: np.ndarray  # (G, n) world-model scores (NaN when no world model scored)
     executed: np.ndarray  # (G, n) true scores of anchor groups, NaN elsewhere
     rho: float  # anchor-stream weight used by Eq. 5 (1 without a Calibrator)
+    weights: np.ndarray  # (G,) per-group loss weights (Eq. 5); all 0 when no update was taken
     refitted: bool  # the Calibrator refit f_hat this step
     updated: bool  # an ascent step was taken (False: a variant with nothing to train on this step)
 
@@ -99,18 +100,17 @@ def wmrl_step(
     rng: np.random.Generator,
     lr: float,
     entropy_coef: float = 0.0,
-    generate_untrained: bool = True,
 ) -> StepResult:
     """One step of the policy, calibrator and meter given (all updated in place).
 
     ``world_model=None``: no r_hat is computed or charged (for variants that do not train on it);
-    ``generate_untrained=False``: groups the variant does not train on are not even sampled.
+    Groups the variant does not train on (grpo_real / grpo_anchor_only world-model groups) are not sampled.
     RNG draws, in this order (bit-identical runs): roles, tasks, actions, rollout, execute, r_hat.
     """
     n = alg.group_size
     # 1. sample: group roles (G_E vs G_WM), one task per group, n trajectories per group
     anchor = executed_groups(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng)
-    if not (generate_untrained or variant.trains_on_wm):
+    if not variant.trains_on_wm:
         anchor = anchor[anchor]
     g = len(anchor)
     tasks = rng.choice(source.n_tasks, size=g, replace=g > source.n_tasks)
@@ -133,10 +133,11 @@ def wmrl_step(
     # 4. weight: train on r (anchors) and f_hat(r_hat) (Eq. 4) or r_hat; A_i = r_i - mean_j r_j (Eq. 1/2);
     #    per-group weights rho/(rho|G_E|+|G_WM|) and 1/(rho|G_E|+|G_WM|) (Eq. 5)
     updated = bool(anchor.any()) or variant.trains_on_wm  # not when every anchor execution failed
+    weights = np.zeros(g)
     if updated:
         calibrate = calibrator.calibrate if calibrator is not None else (lambda x: x)
         advantages = group_advantages(training_scores(variant, r_hat, executed, anchor, calibrate))
         weights = group_weights(variant, rho, anchor)
         # 5. update: one ascent step on the fused gradient (Eq. 1, Eq. 5)
         policy.step(policy.gradient(tasks, actions, advantages, weights, entropy_coef), lr)
-    return StepResult(tasks, actions, scores, anchor, r_hat, executed, rho, refitted, updated)
+    return StepResult(tasks, actions, scores, anchor, r_hat, executed, rho, weights, refitted, updated)

@@ -127,7 +127,7 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int) -> RunResult:
         done = wmrl_step(
             step, variant=variant, alg=alg, source=source, policy=policy,
             world_model=wm if variant.trains_on_wm else None, calibrator=calibrator, meter=meter, rng=rng,
-            lr=sim.lr, entropy_coef=sim.entropy_coef, generate_untrained=False,
+            lr=sim.lr, entropy_coef=sim.entropy_coef,
         )
         score = env.score(policy.probs())
         if result.target_step is None and score >= sim.target_score:
