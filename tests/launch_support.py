@@ -31,7 +31,16 @@ DRY = [
 
 
 def dry_config(root: Path, name: str, steps: int, *extra: str) -> WMRLConfig:
-    return load_config(None, [f"run_name={name}", f"runs_root={root}", f"simulator.steps={steps}", *DRY, *extra])
+    return load_config(None, [f"run_name={name}", f"runs_root={root}", f"simulator.steps={steps}",
+                              f"tracking.uri=sqlite:///{root}/mlflow.db", *DRY, *extra])
+
+
+def mlflow_history(run: RunDir, tracking_uri: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of one metric of the run's MLflow run, found by the id the coordinator saved."""
+    from mlflow.tracking import MlflowClient
+
+    run_id = (run.path / "mlflow_run_id").read_text().strip()
+    return sorted((m.step, m.value) for m in MlflowClient(tracking_uri).get_metric_history(run_id, key))
 
 
 def make_run(cfg: WMRLConfig) -> RunDir:

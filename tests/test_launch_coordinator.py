@@ -80,6 +80,23 @@ def test_restarted_coordinator_resumes_from_checkpoint_and_ends_identical(refere
     assert final_digest(run) == final_digest(ref_run)  # and continues exactly as if never stopped
 
 
+def test_restarted_coordinator_keeps_logging_into_the_same_mlflow_run(tmp_path):
+    from launch_support import mlflow_history
+
+    run = make_run(dry_config(tmp_path, "tracked", 6))
+    proc = spawn_coordinator(run)
+    wait_until("step 2", lambda: progress_step(run) >= 2, 90)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) != 0
+    first_id = (run.path / "mlflow_run_id").read_text()
+
+    Coordinator(str(run.path), DRY_TRAINER)()
+
+    assert (run.path / "mlflow_run_id").read_text() == first_id
+    steps = {step for step, _ in mlflow_history(run, f"sqlite:///{tmp_path}/mlflow.db", "executions")}
+    assert steps == set(range(1, 7))  # every step of the one wmrl run, across the restart
+
+
 def test_second_coordinator_refuses_while_the_first_runs(tmp_path):
     run = make_run(dry_config(tmp_path, "busy", 200))
     proc = spawn_coordinator(run)
@@ -172,7 +189,7 @@ def test_launch_local_runs_the_whole_run_in_process(tmp_path):
     config = tmp_path / "dry.yaml"
     config.write_text("run_name: cli\n")
     args = ["launch", str(config), f"runs_root={tmp_path}", "run_name=cli", "simulator.steps=3", *DRY,
-            "--trainer", DRY_TRAINER]
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "--trainer", DRY_TRAINER]
     out = _cli(*args)
     assert out.returncode == 0, out.stderr
     assert f"run dir:  {tmp_path / 'cli'}" in out.stdout and "'state': 'finished'" in out.stdout

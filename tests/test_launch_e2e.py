@@ -45,6 +45,11 @@ def check_e2e_run_dir(run: RunDir, steps: int) -> None:
         assert min(abs(known[r.outcome["task_id"]] - r.score)) <= tolerance, r.request_id
     metrics = list(iter_metrics(run))
     assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    # the same curves went to the run's MLflow store (the config snapshot holds its absolute URI)
+    from launch_support import mlflow_history
+
+    rho = mlflow_history(run, cfg.tracking.uri, "rho")
+    assert [step for step, _ in rho] == [m["step"] for m in metrics if m.get("rho") is not None]
 
 
 def test_wmrl_launch_e2e_local_runs_anchors_in_bwrap_and_finishes(tmp_path):
@@ -52,7 +57,7 @@ def test_wmrl_launch_e2e_local_runs_anchors_in_bwrap_and_finishes(tmp_path):
         pytest.skip("bubblewrap (bwrap) is not installed")
     out = subprocess.run(
         [sys.executable, "-m", "wmrl.cli.main", "launch", str(REPO / "configs" / "e2e-local.yaml"),
-         f"runs_root={tmp_path}"],
+         f"runs_root={tmp_path}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
         cwd=REPO, capture_output=True, text=True, timeout=580, check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -29,7 +29,7 @@ def test_wmrl_launch_e2e_slurm_runs_coordinator_and_worker_array_to_the_end(tmp_
         pytest.skip("bubblewrap (bwrap) is not installed")
     out = subprocess.run(
         [sys.executable, "-m", "wmrl.cli.main", "launch", str(REPO / "configs" / "e2e-slurm.yaml"),
-         f"runs_root={tmp_path}", "--wait", "--every", "5"],
+         f"runs_root={tmp_path}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "--wait", "--every", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=580, check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr

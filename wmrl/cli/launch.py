@@ -42,6 +42,7 @@ def _refuse_if_running(run: RunDir, stale_s: float) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
+    cfg.tracking = cfg.tracking.absolute()  # the coordinator job may run in another directory
     try:
         run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg))
     except ValueError as err:

@@ -28,26 +28,29 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
 import submitit
 
-from wmrl.config import WMRLConfig, load_config
-from wmrl.io import append_line_durable, atomic_write_json
+from wmrl.config import WMRLConfig, load_config, to_flat_dict
+from wmrl.io import append_line_durable, atomic_write_json, atomic_write_text
 from wmrl.orchestration.checkpoint import CheckpointStore, Snapshot, read_tree, restore_tree
 from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
+from wmrl.tracking import Tracker
 
 log = logging.getLogger(__name__)
 DEFAULT_TRAINER = "wmrl.orchestration.anchored_sim:make_trainer"
 PROGRESS = "progress.json"
 METRICS = "metrics.jsonl"
 EVENTS = "logs/coordinator-events.jsonl"
+MLFLOW_RUN_ID = "mlflow_run_id"  # a requeued coordinator keeps logging into the same MLflow run
 
 
 class RunEnded(Exception):
@@ -202,7 +205,8 @@ class Coordinator(submitit.helpers.Checkpointable):
                 tick = WorkerSupervisor(run, cfg, service)
             trainer = self._start_trainer(cfg, run, store, AnchorRunner(run, cfg, service, tick))
             signal.signal(signal.SIGTERM, self._on_sigterm)
-            return self._loop(cfg, run, trainer, service, progress)
+            with open_tracker(cfg, run) as tracker:
+                return self._loop(cfg, run, trainer, service, tracker, progress)
         finally:
             if local is not None:
                 local.stop()
@@ -234,7 +238,7 @@ class Coordinator(submitit.helpers.Checkpointable):
         return trainer
 
     def _loop(self, cfg: WMRLConfig, run: RunDir, trainer: Trainer,
-              service: SpoolExecutionService, progress: bool) -> dict[str, Any]:
+              service: SpoolExecutionService, tracker: Tracker, progress: bool) -> dict[str, Any]:
         from tqdm import tqdm
 
         from wmrl.orchestration.launch import allocation_end
@@ -252,8 +256,10 @@ class Coordinator(submitit.helpers.Checkpointable):
             except RunEnded:
                 break
             self._take_snapshot(trainer)
+            step_seconds = time.time() - t0
             append_line_durable(run.path / METRICS, json.dumps(
-                {"step": trainer.step, "step_seconds": time.time() - t0, **metrics}, sort_keys=True))
+                {"step": trainer.step, "step_seconds": step_seconds, **metrics}, sort_keys=True))
+            tracker.log_metrics({"step_seconds": step_seconds, **metrics}, step=trainer.step)
             reason = schedule.due()
             if reason is not None:
                 self._save_snapshot(reason)
@@ -302,6 +308,21 @@ class Coordinator(submitit.helpers.Checkpointable):
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **trainer.progress(),
         }
         atomic_write_json(run.path / PROGRESS, progress)
+
+
+@contextmanager
+def open_tracker(cfg: WMRLConfig, run: RunDir) -> Iterator[Tracker]:
+    """The run's MLflow run: created on the first start, reattached (by the id saved in the run
+    directory) after a requeue, so one wmrl run is one MLflow run however often it restarts."""
+    id_path = run.path / MLFLOW_RUN_ID
+    resume = id_path.read_text(encoding="utf-8").strip() if id_path.exists() else None
+    tags = {"wmrl.run_dir": str(run.path), "wmrl.variant": cfg.algorithm.variant,
+            "wmrl.executor": cfg.launch.executor}
+    with Tracker(cfg.tracking, cfg.run_name, params=to_flat_dict(cfg), tags=tags,
+                 resume_run_id=resume) as tracker:
+        if tracker.run_id is not None and resume is None:
+            atomic_write_text(id_path, tracker.run_id + "\n")
+        yield tracker
 
 
 def _file_log(run: RunDir) -> logging.Handler:

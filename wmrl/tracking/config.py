@@ -14,6 +14,15 @@ class TrackingConfig:
     # Where a new experiment stores artifacts; "" = next to a SQLite database, or the server's default.
     artifact_location: str = ""
 
+    def absolute(self) -> "TrackingConfig":
+        """The same config with a relative ``sqlite:///`` path made absolute (for jobs whose cwd differs)."""
+        from dataclasses import replace
+        from pathlib import Path
+
+        if self.uri.startswith("sqlite:///") and not self.uri.startswith("sqlite:////"):
+            return replace(self, uri="sqlite:///" + str(Path(self.uri[len("sqlite:///") :]).resolve()))
+        return self
+
     def validate(self, prefix: str = "tracking") -> None:
         from wmrl.config import ConfigError
 
