@@ -35,9 +35,8 @@ def test_tracker_logs_params_metric_history_and_artifacts(store: TrackingConfig,
 
 
 def test_tracker_marks_run_failed_on_exception(store: TrackingConfig) -> None:
-    with pytest.raises(RuntimeError):
-        with Tracker(store, "run-b") as tracker:
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), Tracker(store, "run-b") as tracker:
+        raise RuntimeError("boom")
     assert MlflowClient(store.uri).get_run(tracker.run_id).info.status == "FAILED"
 
 

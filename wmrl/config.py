@@ -12,9 +12,10 @@ full key, the offending value and what is allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -108,11 +109,11 @@ class AlgorithmConfig:
 
 # --------------------------------------------------------------------------- the whole run
 # Each part of the package owns its own section; those modules import this one only lazily.
-from wmrl.orchestration.config import LaunchConfig  # noqa: E402
-from wmrl.sandbox.config import SandboxConfig  # noqa: E402
-from wmrl.simulate.config import SimulatorConfig  # noqa: E402
-from wmrl.tasks.config import TasksConfig  # noqa: E402
-from wmrl.tracking.config import TrackingConfig  # noqa: E402
+from wmrl.orchestration.config import LaunchConfig
+from wmrl.sandbox.config import SandboxConfig
+from wmrl.simulate.config import SimulatorConfig
+from wmrl.tasks.config import TasksConfig
+from wmrl.tracking.config import TrackingConfig
 
 SECTIONS = ("algorithm", "simulator", "tasks", "sandbox", "launch", "tracking")
 

@@ -31,9 +31,8 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
-    path = Path(path)
+def _durable_temp(path: Path, data: bytes) -> str:
+    """A fsynced temp file holding ``data`` in ``path``'s directory (the caller renames or links it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
     try:
@@ -41,12 +40,27 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + dir fsync)."""
+    path = Path(path)
+    tmp = _durable_temp(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink_quietly(tmp)
         raise
     fsync_dir(path.parent)
 
@@ -55,8 +69,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_bytes(obj: Any) -> bytes:
+    """The one JSON encoding of files on shared storage (NaN refused: it is no valid JSON)."""
+    return (json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write_bytes(path, json_bytes(obj))
 
 
 def append_line_durable(path: Path, line: str) -> None:
@@ -88,27 +107,17 @@ def atomic_create_bytes(path: Path, data: bytes) -> bool:
     (2 if our link went through) tells the two apart.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    tmp = _durable_temp(path, data)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, path)
-            created = True
-        except FileExistsError:
-            created = os.stat(tmp).st_nlink > 1
+        os.link(tmp, path)
+        created = True
+    except FileExistsError:
+        created = os.stat(tmp).st_nlink > 1
     finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink_quietly(tmp)
     fsync_dir(path.parent)
     return created
 
 
 def atomic_create_json(path: Path, obj: Any) -> bool:
-    data = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n"
-    return atomic_create_bytes(path, data.encode("utf-8"))
+    return atomic_create_bytes(path, json_bytes(obj))

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if not names:
         cfg = load_config(config, overrides)
-        report = run_one(cfg, "custom", variants, args.seeds, out, args.workers)
+        run_one(cfg, "custom", variants, args.seeds, out, args.workers)
         print((out / "table.md").read_text(), end="")
         print(f"wrote {out}/ (table.md, table.csv, summary.json, runs.json, *.png)", file=sys.stderr)
         return 0

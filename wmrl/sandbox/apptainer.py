@@ -32,6 +32,7 @@ from wmrl.sandbox.runspec import (
     gpu_env,
     make_scratch,
     prepare_work_dir,
+    resolve_dirs,
     sandbox_env,
     to_result,
 )
@@ -108,9 +109,7 @@ class ApptainerBackend:
     def run(
         self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
     ) -> ExecutionResult:
-        public_dir, work_dir = Path(public_dir).resolve(), Path(work_dir).resolve()
-        if not public_dir.is_dir():
-            raise SandboxError(f"public data directory {public_dir} does not exist")
+        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
         if not Path(self.image).is_file():
             raise SandboxError(f"sandbox.apptainer_image={self.image!r} does not exist")
         apptainer = self._apptainer()

@@ -43,7 +43,7 @@ class ExecutionResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ExecutionResult":
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionResult:
         return cls(**data)
 
 

@@ -32,6 +32,7 @@ from wmrl.sandbox.runspec import (
     gpu_env,
     make_scratch,
     prepare_work_dir,
+    resolve_dirs,
     sandbox_env,
     to_result,
 )
@@ -157,9 +158,7 @@ class BwrapBackend:
     def run(
         self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
     ) -> ExecutionResult:
-        public_dir, work_dir = Path(public_dir).resolve(), Path(work_dir).resolve()
-        if not public_dir.is_dir():
-            raise SandboxError(f"public data directory {public_dir} does not exist")
+        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
         as_root = os.geteuid() == 0
         if as_root and not public_dir.stat().st_mode & 0o005 == 0o005:
             raise SandboxError(

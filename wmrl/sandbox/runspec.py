@@ -163,6 +163,14 @@ def gpu_env(limits: SandboxLimits) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
 
 
+def resolve_dirs(public_dir: Path, work_dir: Path) -> tuple[Path, Path]:
+    """Absolute data and work directories of a run; the data must exist (a setup fault otherwise)."""
+    public_dir, work_dir = Path(public_dir).resolve(), Path(work_dir).resolve()
+    if not public_dir.is_dir():
+        raise SandboxError(f"public data directory {public_dir} does not exist")
+    return public_dir, work_dir
+
+
 def prepare_work_dir(work_dir: Path, uid: int | None) -> None:
     """Make the fresh work dir writable by the execution (its own uid when bwrap runs as root)."""
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,11 @@ from wmrl.sandbox.limits import ProcSelector
 from wmrl.sandbox.runspec import (
     BASE_PATH,
     Mounts,
-    SandboxError,
     StartedPipe,
     fill_scratch,
     make_scratch,
     prepare_work_dir,
+    resolve_dirs,
     sandbox_env,
     to_result,
 )
@@ -46,9 +46,7 @@ class SubprocessBackend:
     def run(
         self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
     ) -> ExecutionResult:
-        public_dir, work_dir = Path(public_dir).resolve(), Path(work_dir).resolve()
-        if not public_dir.is_dir():
-            raise SandboxError(f"public data directory {public_dir} does not exist")
+        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
         prepare_work_dir(work_dir, uid=None)
         pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
         mounts = Mounts(

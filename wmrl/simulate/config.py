@@ -8,7 +8,6 @@ scores the approach's quality. A synthetic world model predicts ``r_hat = phi(r)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 # Distortions phi of the synthetic world model (wmrl/simulate/world_model.py documents each one).
 PHIS: tuple[str, ...] = ("identity", "power", "logistic", "bump", "inverted", "noise")
@@ -42,7 +41,7 @@ class SimulatorConfig:
     candidates: int = 16  # solution approaches per task
     # The benchmark (qualities, crash rates): null draws a fresh one per run seed (results then average
     # over benchmarks, not only over training noise); an integer fixes one benchmark for all seeds.
-    env_seed: Optional[int] = None
+    env_seed: int | None = None
     # Approach quality ~ Beta(quality_alpha, quality_beta): most mediocre, few good.
     quality_alpha: float = 2.0
     quality_beta: float = 4.0
@@ -56,11 +55,11 @@ class SimulatorConfig:
     phi_param: float = 0.3  # power: exponent; logistic: slope; bump: height; inverted: range width
     wm_noise: float = 0.03
     # Drift: from this step on phi becomes drift_phi(drift_param) (null: never).
-    drift_step: Optional[int] = None
+    drift_step: int | None = None
     drift_phi: str = "identity"
     drift_param: float = 1.0
     # Degradation: from this step on the world-model noise becomes degrade_noise (null: never).
-    degrade_step: Optional[int] = None
+    degrade_step: int | None = None
     degrade_noise: float = 0.5
     exec_noise: float = 0.0  # std of the grader's noise on a real execution
     target_score: float = 0.45  # "executions/compute to reach" this expected true score

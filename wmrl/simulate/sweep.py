@@ -6,8 +6,8 @@ import logging
 import multiprocessing as mp
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from tqdm import tqdm
 

@@ -14,7 +14,7 @@ class TrackingConfig:
     # Where a new experiment stores artifacts; "" = next to a SQLite database, or the server's default.
     artifact_location: str = ""
 
-    def absolute(self) -> "TrackingConfig":
+    def absolute(self) -> TrackingConfig:
         """The same config with a relative ``sqlite:///`` path made absolute (for jobs whose cwd differs)."""
         from dataclasses import replace
         from pathlib import Path

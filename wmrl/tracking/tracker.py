@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from wmrl.tracking.config import TrackingConfig
 
@@ -48,7 +49,7 @@ class Tracker:
         self.run_id: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "Tracker":
+    def __enter__(self) -> Tracker:
         if not self.cfg.enabled:
             return self
         from mlflow.entities import Param
