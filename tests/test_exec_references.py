@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tasks():
-    # Reuses $WMRL_TASKS_DIR or ~/.cache/wmrl/tasks/builtin-v1; builds it there on first use.
+    # Reuses $WMRL_TASKS_DIR or ~/.cache/wmrl/tasks/builtin-v2; builds it there on first use.
     return load_pool(ensure_builtin_pool())
 
 

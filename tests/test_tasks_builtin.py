@@ -1,13 +1,15 @@
 """The built-in pool: composition, deterministic build, first-use build under a lock."""
 
+import dataclasses
 import hashlib
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from wmrl.grading.metrics import get_metric
-from wmrl.tasks.builtin.build import build_pool, family_registry, synthetic_entries
+from wmrl.tasks.builtin.build import MIN_REFERENCES, build_pool, check_variants, family_registry
 from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 
 CHEAP = ["wine", "lfw_faces"]  # small families, enough to exercise tabular and image writers
@@ -50,17 +52,29 @@ def test_pool_uses_many_metrics_of_both_directions(families):
 def test_every_family_has_deliberately_weak_and_enough_references(families):
     for data in families:
         assert sum(v.weak for v in data.variants) >= 3, data.task_id
-        assert len(data.variants) >= 20, data.task_id
+        assert len(data.variants) >= 50, data.task_id
+
+
+def test_every_family_mixes_many_model_families_and_settings(families):
+    for data in families:
+        models = {v.model.removesuffix("_raw").removesuffix("_sparse") for v in data.variants}
+        assert len(models) >= 12, (data.task_id, sorted(models))
+        assert any(v.shuffle_labels for v in data.variants), data.task_id
+        assert len({v.fraction for v in data.variants}) >= 4, data.task_id
+        assert len({v.features for v in data.variants}) >= 3, data.task_id
+
+
+def test_too_few_or_duplicate_references_are_refused(families):
+    data = families[0]
+    with pytest.raises(ValueError, match=f"needs at least {MIN_REFERENCES}"):
+        check_variants(dataclasses.replace(data, variants=data.variants[: MIN_REFERENCES - 1]))
+    with pytest.raises(ValueError, match="duplicate reference names"):
+        check_variants(dataclasses.replace(data, variants=[*data.variants, data.variants[0]]))
 
 
 def test_task_ids_are_unique(families):
     ids = [d.task_id for d in families]
     assert len(ids) == len(set(ids))
-
-
-def test_synthetic_entries_stay_inside_metric_bounds():
-    entries = synthetic_entries([0.5, 0.9, 1.0], "accuracy", "t", 60)
-    assert len(entries) == 57 and min(entries) >= 0.0 and max(entries) <= 1.0
 
 
 def test_build_is_byte_for_byte_deterministic(tmp_path):
@@ -70,13 +84,29 @@ def test_build_is_byte_for_byte_deterministic(tmp_path):
     assert first == second and len(first) > 200  # images included
 
 
-def test_built_task_has_fifty_entry_leaderboard_and_spread_references(wine_task):
+def test_leaderboard_is_made_of_the_references_real_scores_only(wine_task):
     task = wine_task
     refs = task.reference_solutions()
-    assert len(task.leaderboard) >= 50
+    board = pd.read_csv(task.leaderboard_path)
+    assert len(board) == len(refs) >= 50
+    assert sorted(board["source"]) == sorted(f"reference:{r.name}" for r in refs)
+    by_name = {f"reference:{r.name}": r.raw_score for r in refs}
+    assert all(by_name[src] == score for src, score in zip(board["source"], board["score"]))
+
+
+def test_reference_position_scores_spread_and_weak_ones_trail(wine_task):
+    refs = wine_task.reference_solutions()
     scores = [r.position_score for r in refs]
-    assert min(scores) < 0.3 and max(scores) > 0.7
+    assert min(scores) < 0.1 and max(scores) > 0.9
     assert max(r.position_score for r in refs if r.weak) < max(scores)
+    assert scores == sorted(scores)  # weakest first
+
+
+def test_shuffled_label_fit_scores_worse_than_the_same_model_on_true_labels(wine_task):
+    refs = {r.name: r for r in wine_task.reference_solutions()}
+    shuffled, true = refs["shuffled-labels-logreg"], refs["logreg-C1"]
+    assert "permutation(y_train)" in shuffled.code and "permutation(y_train)" not in true.code
+    assert shuffled.position_score < true.position_score
 
 
 def test_reference_files_follow_the_contract(wine_task):
@@ -112,5 +142,7 @@ def test_full_builtin_pool_loads_with_spread_leaderboards():
     assert len(tasks) >= 12
     for task in tasks:
         refs = task.reference_solutions()
-        assert len(task.leaderboard) >= 50, task.task_id
-        assert min(r.position_score for r in refs) < 0.35 and max(r.position_score for r in refs) > 0.65, task.task_id
+        board = pd.read_csv(task.leaderboard_path)
+        assert len(task.leaderboard) == len(refs) >= 50, task.task_id
+        assert board["source"].str.startswith("reference:").all(), task.task_id
+        assert min(r.position_score for r in refs) < 0.1 and max(r.position_score for r in refs) > 0.9, task.task_id

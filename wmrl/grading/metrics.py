@@ -25,9 +25,6 @@ class Metric:
     direction: str  # MAXIMIZE or MINIMIZE
     kind: str  # "label": predictions are class labels; "score": predictions are numbers
     fn: Callable[[np.ndarray, np.ndarray], float]
-    # Range of possible values, used to keep synthetic leaderboard entries plausible.
-    low: float = -np.inf
-    high: float = np.inf
 
     def __call__(self, y_true: np.ndarray, y_pred: np.ndarray) -> float:
         return float(self.fn(np.asarray(y_true), np.asarray(y_pred)))

@@ -10,7 +10,7 @@ SPLITS = ("train", "heldout", "all")
 @dataclass
 class TasksConfig:
     # Root of the task pool; "" means $WMRL_TASKS_DIR, else the built-in pool at
-    # ~/.cache/wmrl/tasks/builtin-v1 (built on first use, or by `wmrl tasks build`).
+    # ~/.cache/wmrl/tasks/builtin-v2 (built on first use, or by `wmrl tasks build`).
     root: str = ""
     # Which tasks a run samples from: the training pool, the held-out pool, or both.
     split: str = "train"

@@ -14,7 +14,7 @@ ENV_VAR = "WMRL_TASKS_DIR"
 
 
 def default_pool_root(configured: str | Path | None = None) -> Path:
-    """``tasks.root`` if set, else ``$WMRL_TASKS_DIR``, else ``~/.cache/wmrl/tasks/builtin-v1``."""
+    """``tasks.root`` if set, else ``$WMRL_TASKS_DIR``, else ``~/.cache/wmrl/tasks/<BUILTIN_VERSION>``."""
     from wmrl.tasks.builtin.build import BUILTIN_VERSION
 
     if configured:

@@ -13,11 +13,9 @@ import json
 import os
 import shutil
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
@@ -28,8 +26,8 @@ from wmrl.grading.validate import answers_matrix, validate_submission
 from wmrl.tasks.builtin.refcode import make_code
 from wmrl.tasks.builtin.spec import TaskData
 
-BUILTIN_VERSION = "builtin-v1"
-LEADERBOARD_SIZE = 60  # reference scores plus synthetic entries around them
+BUILTIN_VERSION = "builtin-v2"
+MIN_REFERENCES = 50  # the leaderboard is made of the references' real scores only
 _FLOAT = "%.6g"
 
 
@@ -43,9 +41,9 @@ def family_registry() -> dict[str, Callable[[], TaskData]]:
     return out
 
 
-def _write_csv(path: Path, frame: pd.DataFrame) -> None:
+def _write_csv(path: Path, frame: pd.DataFrame, float_format: str | None = _FLOAT) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(frame.to_csv(index=False, float_format=_FLOAT, lineterminator="\n"), encoding="utf-8")
+    path.write_text(frame.to_csv(index=False, float_format=float_format, lineterminator="\n"), encoding="utf-8")
 
 
 def describe(data: TaskData) -> str:
@@ -90,26 +88,23 @@ def run_reference(code: str, filename: str, public_dir: Path, submission: Path) 
         exec(compile(code, filename, "exec"), {"__name__": "__main__"})  # noqa: S102 - our own code
 
 
-def synthetic_entries(scores: Sequence[float], metric_name: str, task_id: str, total: int) -> list[float]:
-    """Entries around the reference scores: a few better than the best, a few worse than the worst,
-    the rest near reference scores, so that no reference sits at position 1 or N by construction."""
-    metric = get_metric(metric_name)
-    sign = 1.0 if metric.direction == MAXIMIZE else -1.0
-    best, worst = (max(scores), min(scores)) if sign > 0 else (min(scores), max(scores))
-    spread = abs(best - worst) or 0.01
-    rng = np.random.default_rng(zlib.crc32(task_id.encode()))
-    extra = [best + sign * spread * f for f in (0.01, 0.03, 0.06)]
-    extra += [worst - sign * spread * f for f in (0.02, 0.05, 0.1, 0.2)]
-    while len(scores) + len(extra) < total:
-        extra.append(float(rng.choice(scores)) + rng.normal(0, 0.05 * spread))
-    return [float(np.clip(x, metric.low, metric.high)) for x in extra]
+def check_variants(data: TaskData) -> None:
+    """Enough uniquely named references to make a leaderboard from their scores alone."""
+    names = [v.name for v in data.variants]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"{data.task_id}: duplicate reference names {duplicates}")
+    if len(names) < MIN_REFERENCES:
+        raise ValueError(f"{data.task_id}: {len(names)} references; the leaderboard needs at least {MIN_REFERENCES}")
 
 
 def write_leaderboard(path: Path, entries: list[tuple[float, str]], direction: str) -> Leaderboard:
     ordered = sorted(entries, key=lambda e: (-e[0] if direction == MAXIMIZE else e[0], e[1]))
     frame = pd.DataFrame({"rank": range(1, len(ordered) + 1), "score": [round(s, 6) for s, _ in ordered],
                           "source": [src for _, src in ordered]})
-    _write_csv(path, frame)
+    # Scores keep all 6 decimals (not 6 significant digits): an entry equals its reference's raw
+    # score, so re-running that reference ties its own entry (leaderboard.TIE_TOLERANCE).
+    _write_csv(path, frame, float_format=None)
     return Leaderboard.from_scores(frame["score"].tolist(), direction)
 
 
@@ -128,6 +123,7 @@ def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
     answers = pd.read_csv(private / "answers.csv", dtype={"id": str})
     targets = tuple(data.sample_submission.columns[1:])
     y_true = answers_matrix(answers, targets, metric)
+    check_variants(data)
     reference.mkdir(parents=True)
     raw: dict[str, float] = {}
     for variant in data.variants:
@@ -139,15 +135,13 @@ def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
         if not check.valid:
             raise RuntimeError(f"{data.task_id}: reference {variant.name} wrote an invalid submission: {check.reason}")
         raw[variant.name] = round(metric(y_true, check.y_pred), 6)
-    scores = list(raw.values())
     entries = [(s, f"reference:{n}") for n, s in raw.items()]
-    entries += [(s, "synthetic") for s in synthetic_entries(scores, data.metric, data.task_id, LEADERBOARD_SIZE)]
     board = write_leaderboard(private / "leaderboard.csv", entries, metric.direction)
     index = {"solutions": [
         {"name": v.name, "file": f"{v.name}.py", "raw_score": raw[v.name], "weak": v.weak,
          "position_score": round(board.position_score(raw[v.name]), 6),
          "note": f"model={v.model} params={json.dumps(v.params, sort_keys=True)} features={v.features} "
-                 f"fraction={v.fraction}"}
+                 f"fraction={v.fraction}" + (" shuffled-labels" if v.shuffle_labels else "")}
         for v in data.variants
     ]}
     (reference / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -18,6 +18,7 @@ class Variant:
     fraction: float = 1.0  # fraction of the training rows used
     features: str = "all"  # family-specific feature choice (column subset, pooling, vocabulary)
     weak: bool = False  # deliberately weak
+    shuffle_labels: bool = False  # fit on permuted training labels (a deliberately useless model)
 
 
 @dataclass

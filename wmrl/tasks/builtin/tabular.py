@@ -38,7 +38,7 @@ def _tabular(
         source=source, output=output, train=train, test=test, answers=answers, sample_submission=sample,
         loader=LOADER.replace("__TARGET__", target), variants=variants, target=target,
         feature_choices={"all": repr(columns), "half": repr(columns[: max(1, len(columns) // 2)]),
-                         "one": repr(columns[:1])},
+                         "two": repr(columns[:2]), "one": repr(columns[:1]), "last": repr(columns[-1:])},
         data_notes=[f"`train.csv` has {len(columns)} numeric feature columns, `id` and the target `{target}`."],
     )
 

@@ -9,7 +9,7 @@ import pandas as pd
 from wmrl.tasks.builtin.spec import TaskData, classification_frames
 from wmrl.tasks.builtin.variants import text_variants
 
-LOADER = '''from sklearn.feature_extraction.text import TfidfVectorizer
+LOADER = '''from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
 train = pd.read_csv(os.path.join(DATA_DIR, "train.csv"))
 test = pd.read_csv(os.path.join(DATA_DIR, "test.csv"))
@@ -27,7 +27,11 @@ CHOICES = {
     "tiny": "(TfidfVectorizer(max_features=10), False)",
     "small": "(TfidfVectorizer(max_features=100), False)",
     "small_dense": "(TfidfVectorizer(max_features=100), True)",
+    "mid": "(TfidfVectorizer(max_features=1000), False)",
     "bigrams": "(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True), False)",
+    "counts": "(CountVectorizer(), False)",
+    "binary": "(CountVectorizer(binary=True), False)",
+    "chars": "(TfidfVectorizer(analyzer='char_wb', ngram_range=(2, 4), min_df=3, sublinear_tf=True), False)",
 }
 
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "st", "tr", "pl", "gr"]
