@@ -81,14 +81,14 @@ def _r2(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("accuracy", MAXIMIZE, "label", _accuracy, 0.0, 1.0),
-        Metric("macro_f1", MAXIMIZE, "label", _macro_f1, 0.0, 1.0),
-        Metric("roc_auc", MAXIMIZE, "score", _roc_auc, 0.0, 1.0),
-        Metric("log_loss", MINIMIZE, "score", _log_loss, 0.0),
-        Metric("rmse", MINIMIZE, "score", _rmse, 0.0),
-        Metric("mae", MINIMIZE, "score", _mae, 0.0),
-        Metric("rmsle", MINIMIZE, "score", _rmsle, 0.0),
-        Metric("r2", MAXIMIZE, "score", _r2, -np.inf, 1.0),
+        Metric("accuracy", MAXIMIZE, "label", _accuracy),
+        Metric("macro_f1", MAXIMIZE, "label", _macro_f1),
+        Metric("roc_auc", MAXIMIZE, "score", _roc_auc),
+        Metric("log_loss", MINIMIZE, "score", _log_loss),
+        Metric("rmse", MINIMIZE, "score", _rmse),
+        Metric("mae", MINIMIZE, "score", _mae),
+        Metric("rmsle", MINIMIZE, "score", _rmsle),
+        Metric("r2", MAXIMIZE, "score", _r2),
     )
 }
 
