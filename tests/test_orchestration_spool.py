@@ -319,3 +319,16 @@ def test_stats_count_queue_claims_and_results(tmp_path: Path) -> None:
     service.spool.publish(record(reqs[3]))
     stats = service.stats()
     assert (stats.queued, stats.claimed, stats.done, stats.live_workers) == (3, 1, 1, 0)
+
+
+def test_throughput_is_measured_over_the_span_of_recent_results(tmp_path):
+    from wmrl.orchestration.service import throughput_per_min
+
+    run, _ = make_run(tmp_path)
+    spool = Spool(run)
+    finished_at = time.time() - 30.0
+    for i in range(7):  # 7 results 5 s apart: 6 intervals in 30 s = 12 per minute
+        path = run.results / f"s0-g0-t{i}-u0-abc.json"
+        path.write_text("{}")
+        os.utime(path, (finished_at + 5.0 * i - 30.0, finished_at + 5.0 * i - 30.0))
+    assert throughput_per_min(spool) == pytest.approx(12.0)

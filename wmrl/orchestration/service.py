@@ -173,14 +173,21 @@ def live_workers(run: RunDir, lease_s: float) -> int:
 
 
 def throughput_per_min(spool: Spool, newest: int = 500) -> float:
-    """Results finished in the last window, from the newest result files (names sort by step)."""
-    now, recent = time.time(), 0
+    """Executions per minute over the results of the last window (newest result files; names sort
+    by step), measured between the first and the last of them so that a short run or one that has
+    ended is not diluted by the idle rest of the window."""
+    now, finished = time.time(), []
     for rid in spool.done_ids()[-newest:]:
         try:
-            recent += now - os.stat(spool.run.results / f"{rid}.json").st_mtime < THROUGHPUT_WINDOW_S
+            mtime = os.stat(spool.run.results / f"{rid}.json").st_mtime
         except FileNotFoundError:
             continue
-    return recent / (THROUGHPUT_WINDOW_S / 60.0)
+        if now - mtime < THROUGHPUT_WINDOW_S:
+            finished.append(mtime)
+    span = max(finished) - min(finished) if len(finished) >= 2 else 0.0
+    if span > 0:
+        return (len(finished) - 1) / span * 60.0
+    return len(finished) / (THROUGHPUT_WINDOW_S / 60.0)
 
 
 class LocalExecutor:
