@@ -39,7 +39,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config, then overrides")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all 7)")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
-    p.add_argument("--out", default="results/simulate", help="output directory (default results/simulate)")
+    p.add_argument(
+        "--out", default=None,
+        help="output directory (default: RUNS_ROOT/simulate/RUN_NAME; with --scenario: results/simulate)",
+    )
     p.add_argument(
         "--scenario", default=None, help=f"named overrides: {', '.join(SCENARIOS)}, or 'all' (writes REPORT.md)"
     )
@@ -113,14 +116,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(str(err)) from err
     if args.seeds < 1 or args.workers < 1:
         raise ConfigError("--seeds and --workers must be >= 1")
-    out = Path(args.out)
     started = time.perf_counter()
     if not names:
         cfg = load_config(config, overrides)
+        out = Path(args.out) if args.out else Path(cfg.runs_root) / "simulate" / cfg.run_name
         run_one(cfg, "custom", variants, args.seeds, out, args.workers)
         print((out / "table.md").read_text(), end="")
         print(f"wrote {out}/ (table.md, table.csv, summary.json, runs.json, *.png)", file=sys.stderr)
         return 0
+    out = Path(args.out or "results/simulate")
     reports: dict[str, dict[str, Any]] = {}
     for name in names:
         cfg = load_config(config, [*get_scenario(name).overrides, *overrides])
