@@ -76,15 +76,32 @@ def find_processes(sel: ProcSelector) -> list[int]:
 
 
 def resident_mb(pids: list[int]) -> float:
-    """Summed resident set of ``pids`` (processes that vanished meanwhile count 0)."""
-    total = 0
+    """Memory of ``pids`` together, in MB (processes that vanished meanwhile count 0).
+
+    Proportional set size (PSS) where the kernel offers it: pages shared between the processes, e.g.
+    copy-on-write pages after a fork, count once in the sum instead of once per process (summing RSS
+    would report a forked 300 MB process as 600 MB and kill it for memory it does not use).
+    """
+    total_kb = 0.0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1])
+            total_kb += _pss_kb(pid)
         except (OSError, IndexError, ValueError):
             continue
-    return total * PAGE_BYTES / (1024 * 1024)
+    return total_kb / 1024
+
+
+def _pss_kb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return float(line.split()[1])
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise
+    with open(f"/proc/{pid}/statm", "rb") as f:  # kernels without smaps_rollup: RSS
+        return int(f.read().split()[1]) * PAGE_BYTES / 1024
 
 
 def cpu_seconds(pids: list[int]) -> float:
