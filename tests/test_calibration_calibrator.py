@@ -253,3 +253,20 @@ def test_rho_stays_in_range_for_any_stream(
     for s in range(steps):
         cal.observe(step_pairs(s, seed=seed, noise=noise), s)
         assert 1.0 <= cal.rho <= w_max
+
+
+def test_audit_is_saved_where_status_reads_it(tmp_path: Path) -> None:
+    from wmrl.calibration.calibrator import read_audit
+
+    cal = Calibrator(cfg(), tmp_path)
+    assert read_audit(tmp_path) is None
+    run(cal, range(3))  # 48 pairs: too few for the audit, which says so
+    cal.audit()
+    saved = read_audit(tmp_path)
+    assert saved is not None and saved["ok"] is True
+    assert saved["monotonicity_gain"] is None  # a skipped check is null, not NaN (invalid JSON)
+    assert saved["skipped"] and "anchor pairs" in saved["skipped"][0]
+    run(cal, range(3, 30))  # 432 pairs of a monotone phi: checked, no warning
+    cal.audit()
+    saved = read_audit(tmp_path)
+    assert saved["ok"] is True and saved["monotonicity_gain"] is not None

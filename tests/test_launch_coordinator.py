@@ -165,6 +165,8 @@ def test_status_reports_step_queue_and_calibration(reference_run):
     assert out.returncode == 0, out.stderr
     assert "step       8/8" in out.stdout and "ended (finished)" in out.stdout
     assert "24 done" in out.stdout and "pairs 24" in out.stdout
+    # 24 pairs are too few for the Assumption-6 audit: status says so instead of claiming "ok"
+    assert "audit      no warning; not checked: all checks: only 24 anchor pairs" in out.stdout
 
 
 def test_cancel_stops_a_running_coordinator_at_a_step_boundary(tmp_path):

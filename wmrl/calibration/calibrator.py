@@ -14,8 +14,10 @@ that never stopped, and an update costs one fsync instead of a full state rewrit
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -28,6 +30,7 @@ from wmrl.config import AlgorithmConfig
 from wmrl.io import atomic_write_json, read_json
 
 STATE_NAME = "calibrator.json"
+AUDIT_NAME = "audit.json"  # the latest Assumption-6 audit, for `wmrl status` and people
 FORMAT = 1
 CHASED_KEEP = 1024  # how many recent calibrate() inputs the coverage audit looks at
 SNAPSHOT_EVERY = 64  # logged steps between automatic snapshots (bounds the replay on load)
@@ -131,6 +134,8 @@ class Calibrator:
         )
         for message in report.warnings:
             log.warning("calibration audit: %s", message)
+        if self.directory is not None:
+            atomic_write_json(self.directory / AUDIT_NAME, _finite_or_none(report.to_dict()))
         return report
 
     # ------------------------------------------------------------------ persistence
@@ -195,3 +200,22 @@ class Calibrator:
         cal.pool.attach(directory, records[-1][2] if records else 0)
         cal._unsaved = len(records) - done
         return cal
+
+
+def read_audit(directory: Path) -> dict[str, Any] | None:
+    """The latest audit written by :meth:`Calibrator.audit` in ``directory`` (None before the first)."""
+    try:
+        return read_json(Path(directory) / AUDIT_NAME)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _finite_or_none(node: Any) -> Any:
+    """JSON has no NaN: undefined audit numbers (a check that was skipped) become null."""
+    if isinstance(node, dict):
+        return {k: _finite_or_none(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_finite_or_none(v) for v in node]
+    if isinstance(node, float) and not math.isfinite(node):
+        return None
+    return node

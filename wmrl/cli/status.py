@@ -79,6 +79,7 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
         (f"calibration rho {_fmt(p.get('rho'))}, pairs {_fmt(p.get('n_pairs'), '.0f')}, refits "
          f"{_fmt(p.get('n_refits'), '.0f')} (last at step {_fmt(p.get('last_refit_step'), 'd')}), "
          f"eta2 {_fmt(p.get('eta2'))}"),
+        _audit_line(p),
         (f"throughput {info['throughput_per_min']:.1f} executions/min, "
          f"{_fmt(p.get('seconds_per_step'))} s/step, ETA {_duration(p.get('eta_s'))}"),
     ]
@@ -86,6 +87,19 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
         states = ", ".join(f"{n} {s}" for s, n in _count(job["states"]).items()) or "not in squeue (over)"
         lines.append(f"slurm      {job['kind']} {job['job_id']} ({job['tasks']} task(s)): {states}")
     return "\n".join(lines)
+
+
+def _audit_line(progress: dict[str, Any]) -> str:
+    """Assumption-6 audit of the last refit: can the debiasing correction be trusted?"""
+    ok = progress.get("audit_ok")
+    if ok is None:
+        return "audit      not yet (runs at each refit of the debiasing map)"
+    if not ok:
+        return "audit      WARNING: " + " | ".join(progress.get("audit_warnings") or ["see logs/coordinator.log"])
+    skipped = progress.get("audit_skipped") or []
+    if skipped:
+        return "audit      no warning; not checked: " + " | ".join(skipped)
+    return "audit      ok: bias looks monotone and stationary, anchors cover the high scores"
 
 
 def _count(states: list[str]) -> dict[str, int]:

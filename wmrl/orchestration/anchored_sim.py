@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import STATE_NAME, Calibrator
+from wmrl.calibration.calibrator import STATE_NAME, Calibrator, read_audit
 from wmrl.config import WMRLConfig
 from wmrl.orchestration.coordinator import AnchorRunner
 from wmrl.orchestration.records import ExecutionRequest
@@ -169,10 +169,18 @@ class AnchoredSimTrainer:
             entropy_coef=self.cfg.simulator.entropy_coef,
         )
         self.failed_executions += source.failed
+        audit = {}
         if done.refitted:
             self.last_refit_step = self.step
+            # Assumption 6 (monotone, stationary bias) is checked whenever the map changes; the
+            # report lands in calibration/audit.json, the log, `wmrl status` and MLflow.
+            report = self.calibrator.audit()
+            audit = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,
+                     "audit_stationarity_gap": report.stationarity_gap}
         self.step += 1
-        return self._metrics(done.anchor, done.executed, done.scores)
+        metrics = self._metrics(done.anchor, done.executed, done.scores)
+        metrics.update({k: (v if math.isfinite(v) else None) for k, v in audit.items()})  # type: ignore[misc]
+        return metrics
 
     def _metrics(self, anchor: np.ndarray, executed: np.ndarray, known: np.ndarray) -> dict[str, float]:
         probs = self.policy.probs()
@@ -235,10 +243,14 @@ class AnchoredSimTrainer:
     def progress(self) -> dict[str, Any]:
         snap = {k: (v if math.isfinite(v) else None)
                 for k, v in (self.calibrator.snapshot() if self.calibrator is not None else {}).items()}
+        audit = read_audit(self.cal_dir)
         return {
             "rho": snap.get("rho"), "n_pairs": snap.get("n_pairs"), "n_refits": snap.get("n_refits"),
             "eta2": snap.get("eta2"), "last_refit_step": self.last_refit_step,
             "executions": self.meter.executions, "failed_executions": self.failed_executions,
+            "audit_ok": None if audit is None else audit["ok"],
+            "audit_warnings": [] if audit is None else audit["warnings"],
+            "audit_skipped": [] if audit is None else audit["skipped"],
         }
 
 
