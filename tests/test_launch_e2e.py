@@ -50,6 +50,13 @@ def check_e2e_run_dir(run: RunDir, steps: int) -> None:
 
     rho = mlflow_history(run, cfg.tracking.uri, "rho")
     assert [step for step, _ in rho] == [m["step"] for m in metrics if m.get("rho") is not None]
+    # and the plots: files in the run directory and artifacts of the MLflow run
+    from mlflow.tracking import MlflowClient
+
+    assert sorted(p.name for p in (run.path / "plots").glob("*.png")) == ["calibration.png", "curves.png"]
+    run_id = (run.path / "mlflow_run_id").read_text().strip()
+    logged = [a.path for a in MlflowClient(cfg.tracking.uri).list_artifacts(run_id, "plots")]
+    assert sorted(logged) == ["plots/calibration.png", "plots/curves.png"]
 
 
 def test_wmrl_launch_e2e_local_runs_anchors_in_bwrap_and_finishes(tmp_path):

@@ -254,6 +254,28 @@ class AnchoredSimTrainer:
         }
 
 
+    def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]:
+        """calibration.png (anchor pairs and f_hat) and curves.png (score, rho, eta2 per step)."""
+        from wmrl.tracking.plots import plot_calibration, plot_curves
+
+        written = []
+        cal = self.calibrator
+        if cal is not None and len(cal.pool):
+            grid = np.linspace(0.0, 1.0, 101)
+            fitted = cal.debiaser(grid) if cal.debias else grid  # not calibrate(): that feeds the audit
+            predicted, true = cal.pool.arrays()
+            plot_calibration(predicted, true, grid, fitted, directory / "calibration.png",
+                             title=f"{self.cfg.run_name}: f_hat over {len(predicted)} anchor pairs")
+            written.append(directory / "calibration.png")
+        if metrics:
+            curves = {"expected score": [m.get("expected_known_score") for m in metrics],
+                      "rho": [m.get("rho") for m in metrics], "eta2": [m.get("eta2") for m in metrics]}
+            plot_curves([m["step"] for m in metrics], curves, directory / "curves.png",
+                        hlines={"rho": ("w_max", self.cfg.algorithm.w_max)}, title=self.cfg.run_name)
+            written.append(directory / "curves.png")
+        return written
+
+
 def make_trainer(cfg: WMRLConfig, run: RunDir, runner: AnchorRunner, resume: bool) -> AnchoredSimTrainer:
     return AnchoredSimTrainer(cfg, run, runner, resume)
 

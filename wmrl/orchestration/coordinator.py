@@ -75,6 +75,8 @@ class Trainer(Protocol):
 
     def progress(self) -> dict[str, Any]: ...
 
+    def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]: ...
+
 
 TrainerFactory = Callable[[WMRLConfig, RunDir, "AnchorRunner", bool], Trainer]
 
@@ -269,6 +271,8 @@ class Coordinator(submitit.helpers.Checkpointable):
             bar.set_postfix(rho=metrics.get("rho"), pairs=metrics.get("n_pairs"))
         bar.close()
         self._save_snapshot("end")
+        for plot in trainer.write_plots(run.path / "plots", list(iter_metrics(run))):
+            tracker.log_artifact(plot, "plots")
         finished = trainer.step >= trainer.total_steps
         state = "finished" if finished else f"stopped ({run.ended_reason()})"
         self._write_progress(run, trainer, service, started, first_step, state)

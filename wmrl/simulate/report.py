@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from wmrl.config import WMRLConfig
-from wmrl.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.simulate.sweep import SweepResult
 from wmrl.simulate.train import MAP_GRID, RunResult, _audit_warned
 from wmrl.simulate.world_model import SyntheticWorldModel
+from wmrl.tracking.plots import save_png
 
 COLUMNS = (
     ("variant", "variant"),
@@ -110,12 +111,6 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-def _save_png(fig: Any, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
-
-
 def plot_score_vs_compute(sweep: SweepResult, target: float, path: Path) -> None:
     import matplotlib
 
@@ -136,8 +131,7 @@ def plot_score_vs_compute(sweep: SweepResult, target: float, path: Path) -> None
     ax.set_ylabel("expected true score")
     ax.set_title("score vs compute (mean ± SE over seeds)")
     ax.legend(fontsize=8)
-    _save_png(fig, path)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def plot_fitted_map(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
@@ -166,8 +160,7 @@ def plot_fitted_map(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
     ax.set_ylabel("true score r")
     ax.set_title("debiasing map vs the world model's distortion")
     ax.legend(fontsize=7, loc="upper left")
-    _save_png(fig, path)
-    plt.close(fig)
+    save_png(fig, path)
     return True
 
 
@@ -200,8 +193,7 @@ def plot_rho_eta(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
     ax_eta.set_xlabel("step")
     ax_rho.set_title("inverse-variance denoising over training (mean over seeds)")
     ax_rho.legend(fontsize=8)
-    _save_png(fig, path)
-    plt.close(fig)
+    save_png(fig, path)
     return True
 
 
