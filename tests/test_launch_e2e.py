@@ -61,6 +61,7 @@ def check_e2e_run_dir(run: RunDir, steps: int) -> None:
 
 def test_wmrl_launch_e2e_local_runs_anchors_in_bwrap_and_finishes(tmp_path):
     if shutil.which("bwrap") is None:
+        # Only on a dev box without bubblewrap; CI installs it (slurm/install-local.sh), so it runs there.
         pytest.skip("bubblewrap (bwrap) is not installed")
     out = subprocess.run(
         [sys.executable, "-m", "wmrl.cli.main", "launch", str(REPO / "configs" / "e2e-local.yaml"),

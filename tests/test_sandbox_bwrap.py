@@ -100,6 +100,7 @@ for i in range(3_000_000):
 
 def test_runs_as_unprivileged_fresh_uid_when_started_as_root(public: Path, tmp_path: Path) -> None:
     if os.geteuid() != 0:
+        # As a normal user bwrap maps the solution into a user namespace instead; CI runs as root.
         pytest.skip("only root switches to a per-execution uid")
     code = "import os\nprint(os.getuid(), os.geteuid())"
     uids = {run(code, public, tmp_path / str(i)).stdout_tail for i in range(2)}
@@ -130,6 +131,7 @@ except OSError as e:
 
 def test_unreadable_public_dir_is_a_clear_error(public: Path, tmp_path: Path) -> None:
     if os.geteuid() != 0:
+        # A normal user's solution runs as that user, who can read their own data; CI runs as root.
         pytest.skip("only root runs solutions as another uid")
     public.chmod(0o700)
     with pytest.raises(SandboxError, match="not world-readable"):

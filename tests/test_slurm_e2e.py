@@ -26,6 +26,7 @@ def test_wmrl_launch_e2e_slurm_runs_coordinator_and_worker_array_to_the_end(tmp_
             pytest.fail(f"WMRL_REQUIRE_SLURM=1 but {problem}")
         pytest.skip(problem)
     if shutil.which("bwrap") is None:
+        # Only on a dev box without bubblewrap; CI installs it with the cluster (slurm/install-local.sh).
         pytest.skip("bubblewrap (bwrap) is not installed")
     out = subprocess.run(
         [sys.executable, "-m", "wmrl.cli.main", "launch", str(REPO / "configs" / "e2e-slurm.yaml"),
