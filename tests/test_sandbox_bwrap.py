@@ -98,6 +98,17 @@ for i in range(3_000_000):
     assert 300 <= result.peak_memory_mb < 600
 
 
+def test_peak_memory_is_the_solutions_not_the_supervisors(public: Path, tmp_path: Path) -> None:
+    # Linux carries ru_maxrss across fork + exec: a large supervising process (a long pytest run,
+    # a coordinator holding a model) must not show up as the peak memory of a small solution.
+    ballast = bytearray(400 * 1024**2)
+    ballast[::4096] = b"1" * len(ballast[::4096])
+    result = run("import time\ntime.sleep(0.5)", public, tmp_path)
+    assert result.status == "ok"
+    assert result.peak_memory_mb < 200
+    del ballast
+
+
 def test_runs_as_unprivileged_fresh_uid_when_started_as_root(public: Path, tmp_path: Path) -> None:
     if os.geteuid() != 0:
         # As a normal user bwrap maps the solution into a user namespace instead; CI runs as root.

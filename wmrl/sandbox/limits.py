@@ -91,6 +91,25 @@ def resident_mb(pids: list[int]) -> float:
     return total_kb / 1024
 
 
+def peak_process_mb(pids: list[int]) -> float:
+    """The largest high-water mark (VmHWM) among ``pids``: catches a spike between two samples.
+
+    VmHWM belongs to the process's address space since its last exec, unlike ``ru_maxrss``, which
+    Linux carries across fork and exec and so reports the supervisor's own size for a small child.
+    """
+    peak_kb = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        peak_kb = max(peak_kb, float(line.split()[1]))
+                        break
+        except (OSError, IndexError, ValueError):
+            continue
+    return peak_kb / 1024
+
+
 def _pss_kb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import IO
 
 from wmrl.sandbox.base import SandboxLimits
-from wmrl.sandbox.limits import ProcSelector, cpu_seconds, find_processes, kill_all, resident_mb
+from wmrl.sandbox.limits import (
+    ProcSelector,
+    cpu_seconds,
+    find_processes,
+    kill_all,
+    peak_process_mb,
+    resident_mb,
+)
 
 POLL_S = 0.05  # how often the watchdog looks at the execution
 MEMORY_EVERY = 4  # ... and at its memory every this many polls
@@ -121,7 +128,7 @@ def supervise(
         elif polls % MEMORY_EVERY == 0:
             pids = find_processes(selector)
             used = resident_mb(pids)
-            peak_mb = max(peak_mb, used)
+            peak_mb = max(peak_mb, used, peak_process_mb(pids))
             cpu_seen = max(cpu_seen, cpu_seconds(pids))
             if used > limits.memory_mb:
                 reason = "memory"
@@ -141,13 +148,14 @@ def supervise(
         stream.close()  # type: ignore[union-attr]
 
     ru_cpu = rusage.ru_utime + rusage.ru_stime if rusage else 0.0
-    ru_peak = rusage.ru_maxrss / 1024.0 if rusage else 0.0  # KiB on Linux
+    # Not rusage.ru_maxrss: Linux keeps it across fork + exec, so it would report this (possibly
+    # large) supervising process's size for every solution; peak_mb comes from the samples above.
     return Outcome(
         reason=reason,
         exit_code=proc.returncode,
         wall_seconds=wall,
         cpu_seconds=max(ru_cpu, cpu_seen),
-        peak_memory_mb=max(peak_mb, ru_peak),
+        peak_memory_mb=peak_mb,
         stdout=out,
         stderr=err,
         survivors=survivors,
