@@ -1,0 +1,1 @@
+"""Text generation behind one interface: ``transformers`` (CPU, GPU fallback) and ``vllm`` (clusters)."""

@@ -1,0 +1,156 @@
+"""The records that flow through one WMRL step, and the narrow interfaces that produce and consume them.
+
+One step (``wmrl/step.py``) wires three parts that know nothing of each other:
+
+- a :class:`Policy` rolls out groups of trajectories for tasks. Each group talks to one
+  :class:`Environment` for every turn: the *executed* environment (sandbox + grader, true score r) for
+  anchor groups, the *world-model* environment (predicted score r_hat) for the others;
+- an :class:`Environment` turns a batch of :class:`Submission` (a task and a solution's code) into
+  :class:`Feedback` (the text the agent reads next turn, and a score), recording its own seconds and
+  tokens;
+- a :class:`Learner` takes per-trajectory advantages and per-group loss weights (Eq. 5) and updates
+  the policy.
+
+Implementations: the synthetic simulator (softmax policy over candidates, synthetic world model), the
+anchored end-to-end trainer (real executions through the workers), and the LLM trainer (an agent that
+writes code, a prompted LLM world model, the DeepSpeed GRPO learner).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+EXECUTED = "executed"  # role of an anchor group: every turn really executed, true score r
+WORLD_MODEL = "world_model"  # role of a world-model group: every turn predicted, score r_hat
+ROLES = (EXECUTED, WORLD_MODEL)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One solution to evaluate. ``key`` is unique within a run (``step/group/trajectory/turn``) and
+    becomes the execution request id, so a retried evaluation can never be counted twice."""
+
+    key: str
+    task_id: str
+    code: str
+
+
+@dataclass
+class Feedback:
+    """What an environment says about one submission.
+
+    ``score``: the position score in [0, 1] (true r when executed, r_hat from the world model); an
+    invalid or missing submission scores 0. ``None`` means *no score at all*: an infrastructure failure
+    (the workers gave up, a world-model call failed past its retries), never a property of the code.
+    """
+
+    key: str
+    text: str  # the observation the agent reads next turn (paper Appendix E feedback format)
+    score: float | None
+    valid: bool  # a valid submission was produced
+    status: str  # "ok", "error", "timeout", "killed", "invalid", "failed" (infrastructure), ...
+    seconds: float = 0.0  # measured wall seconds spent producing this feedback
+    tokens: int = 0  # world-model prompt + completion tokens (0 when executed)
+    details: dict[str, Any] = field(default_factory=dict)  # per-check verdicts, raw texts, grade, ...
+
+
+class Environment(Protocol):
+    """Turns submissions into feedback. ``role`` is :data:`EXECUTED` or :data:`WORLD_MODEL`."""
+
+    role: str
+
+    def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
+        """One feedback per submission, in order. Never raises for bad code or bad model output."""
+        ...
+
+
+@dataclass
+class Turn:
+    """One turn of a trajectory, token-in / token-out.
+
+    ``prompt_ids`` are the tokens appended *before* this turn's generation: the whole rendered prompt on
+    the first turn, the tokenised observation (feedback) on later turns. The trajectory's token ids are
+    the concatenation ``prompt_ids + generated_ids`` over its turns, never a re-rendering of the chat.
+    """
+
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    logprobs: list[float]  # one per generated token, from the sampler
+    text: str  # the generated text
+    code: str | None  # the parsed solution, None when the reply had no usable code block
+    parse_error: str | None  # why no code was taken (no block, unclosed fence, several blocks, ...)
+    feedback: Feedback | None = None
+    seconds: float = 0.0  # generation seconds of this turn
+
+
+@dataclass
+class Trajectory:
+    """One of the n trajectories of a group.
+
+    ``score`` is what the group's environment gave the kept submission (r on executed groups, r_hat on
+    world-model groups; ``None`` = infrastructure failure). ``r`` and ``r_hat`` are filled by the step:
+    on an anchor trajectory both (the world model also scores its final solution: the anchor pair).
+    ``payload`` carries policy-specific data (the simulator's candidate index).
+    """
+
+    task_id: str
+    group: int
+    index: int
+    role: str
+    turns: list[Turn] = field(default_factory=list)
+    score: float | None = None
+    kept_turn: int | None = None  # the turn whose submission is kept (best valid, or last)
+    final_code: str | None = None  # the kept submission's code
+    r: float | None = None
+    r_hat: float | None = None
+    payload: Any = None
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase: generation, world_model, execution
+    tokens: dict[str, int] = field(default_factory=dict)  # per phase: generation, world_model
+
+    def token_ids(self) -> list[int]:
+        """The exact token sequence the policy saw and produced, turn after turn."""
+        out: list[int] = []
+        for t in self.turns:
+            out += t.prompt_ids + t.generated_ids
+        return out
+
+    def loss_mask(self) -> list[int]:
+        """1 on generated tokens, 0 on prompt and observation tokens (same length as token_ids)."""
+        out: list[int] = []
+        for t in self.turns:
+            out += [0] * len(t.prompt_ids) + [1] * len(t.generated_ids)
+        return out
+
+    def logprobs(self) -> list[float]:
+        """Sampler log-probs aligned with token_ids (0.0 on masked positions)."""
+        out: list[float] = []
+        for t in self.turns:
+            out += [0.0] * len(t.prompt_ids) + list(t.logprobs)
+        return out
+
+
+Groups = list[list[Trajectory]]  # (G groups) x (n trajectories)
+
+
+class Policy(Protocol):
+    """Rolls out one group of ``n`` trajectories per task; group g talks to ``envs[g]`` every turn."""
+
+    def rollout(
+        self,
+        step: int,
+        task_ids: Sequence[str],
+        n: int,
+        envs: Sequence[Environment],
+        rng: np.random.Generator,
+    ) -> Groups: ...
+
+
+class Learner(Protocol):
+    """Takes one update on the fused gradient: ``advantages`` (G, n), ``weights`` (G,) sum to 1
+    over the trained groups (Eq. 5); a group with weight 0 is not trained on. Returns metrics."""
+
+    def update(self, groups: Groups, advantages: np.ndarray, weights: np.ndarray) -> dict[str, float]: ...
