@@ -20,5 +20,7 @@ fi
 python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
+# The CPU wheel of torch first: a bare torch requirement would pull a multi-GB CUDA build.
+pip install -q torch==2.13.0
 pip install -q -e '.[test]'
 exec python -m pytest "$@"
