@@ -1,0 +1,128 @@
+"""The paper's evaluation metric: avg@k leaderboard position score, really executed.
+
+For each task, k fresh trajectories of the policy are rolled out against the *executed* environment
+(sandbox + grader, the same execution service as the anchors); the task's score is the mean position
+score of their kept submissions (avg@k). Task scores are averaged within each category (tabular,
+image, text, ...), then the category means are averaged: every category counts the same, however many
+tasks it has (the paper's aggregation). An evaluation whose execution failed for infrastructure reasons
+(score None) is left out of its task's mean and counted, never scored as 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wmrl.rollout import Environment, Feedback, Policy, Submission, Trajectory
+
+
+@dataclass
+class TaskScore:
+    task_id: str
+    category: str
+    scores: list[float]  # kept-submission position score of each evaluated trajectory
+    failed: int = 0  # trajectories without a score (infrastructure failures)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.scores)) if self.scores else float("nan")
+
+
+@dataclass
+class EvalReport:
+    k: int
+    tasks: list[TaskScore]
+    by_category: dict[str, float] = field(default_factory=dict)
+    score: float = float("nan")  # mean over categories of the mean over their tasks of avg@k
+    sample_mean: float = float("nan")  # mean over every evaluated trajectory (for seed-level statistics)
+    valid_rate: float = float("nan")  # share of trajectories whose kept submission was valid
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tasks"] = [{**asdict(t), "mean": t.mean} for t in self.tasks]
+        return out
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """Flat metrics for MLflow: ``{prefix}/score``, ``{prefix}/<category>``, ``{prefix}/task/<id>``."""
+        out = {f"{prefix}/score": self.score, f"{prefix}/sample_mean": self.sample_mean,
+               f"{prefix}/valid_rate": self.valid_rate}
+        out.update({f"{prefix}/{c}": v for c, v in self.by_category.items()})
+        out.update({f"{prefix}/task/{t.task_id}": t.mean for t in self.tasks})
+        return out
+
+    def table(self) -> str:
+        """A Markdown table a person reads: one row per task, then the category and overall means."""
+        rows = ["| task | category | avg@k | n | failed |", "|---|---|---|---|---|"]
+        for t in self.tasks:
+            rows.append(f"| {t.task_id} | {t.category} | {t.mean:.4f} | {len(t.scores)} | {t.failed} |")
+        for c, v in self.by_category.items():
+            rows.append(f"| *{c} (mean)* | {c} | {v:.4f} | | |")
+        rows.append(f"| **overall** (mean over categories) | | **{self.score:.4f}** | | |")
+        return "\n".join(rows)
+
+
+def aggregate(tasks: Sequence[TaskScore], k: int, valid: Sequence[bool] = (), seconds: float = 0.0) -> EvalReport:
+    """Per-task avg@k -> per-category mean -> mean over categories (tasks with no score are skipped)."""
+    scored = [t for t in tasks if t.scores]
+    categories = sorted({t.category for t in scored})
+    by_category = {c: float(np.mean([t.mean for t in scored if t.category == c])) for c in categories}
+    samples = [s for t in scored for s in t.scores]
+    return EvalReport(
+        k=k, tasks=list(tasks), by_category=by_category,
+        score=float(np.mean(list(by_category.values()))) if by_category else float("nan"),
+        sample_mean=float(np.mean(samples)) if samples else float("nan"),
+        valid_rate=float(np.mean(valid)) if len(valid) else float("nan"),
+        seconds=seconds,
+    )
+
+
+class KeyPrefixed:
+    """An environment whose submission keys get a prefix, so evaluation requests never collide with
+    the training step's request ids in the run's execution spool."""
+
+    def __init__(self, env: Environment, prefix: str) -> None:
+        self.env, self.prefix, self.role = env, prefix, env.role
+
+    def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
+        renamed = [Submission(f"{self.prefix}{s.key}", s.task_id, s.code) for s in submissions]
+        out = self.env.evaluate(renamed)
+        for fb, s in zip(out, submissions):
+            fb.key = s.key
+        return out
+
+
+def kept_valid(traj: Trajectory) -> bool:
+    """The trajectory's kept submission was valid (executed and accepted by the grader)."""
+    if traj.kept_turn is None or traj.kept_turn >= len(traj.turns):
+        return False
+    feedback = traj.turns[traj.kept_turn].feedback
+    return bool(feedback is not None and feedback.valid)
+
+
+def evaluate(
+    policy: Policy,
+    env: Environment,
+    tasks: Sequence[tuple[str, str]],
+    k: int,
+    rng: np.random.Generator,
+    label: str = "eval",
+) -> EvalReport:
+    """avg@k of ``policy`` on ``tasks`` = [(task_id, category)], every trajectory really executed by ``env``."""
+    import time
+
+    if k < 1:
+        raise ValueError(f"k={k}: evaluation needs at least one trajectory per task")
+    t0 = time.perf_counter()
+    prefixed = KeyPrefixed(env, f"{label}/")
+    groups = policy.rollout(0, [t for t, _ in tasks], k, [prefixed] * len(tasks), rng)
+    per_task, valid = [], []
+    for (task_id, category), group in zip(tasks, groups):
+        scores = [float(t.score) for t in group if t.score is not None and math.isfinite(t.score)]
+        per_task.append(TaskScore(task_id, category, scores, failed=len(group) - len(scores)))
+        valid += [kept_valid(t) for t in group]
+    return aggregate(per_task, k, valid, time.perf_counter() - t0)
