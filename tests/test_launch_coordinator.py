@@ -195,8 +195,8 @@ def test_launch_local_runs_the_whole_run_in_process(tmp_path):
     out = _cli(*args)
     assert out.returncode == 0, out.stderr
     assert f"run dir:  {tmp_path / 'cli'}" in out.stdout and "'state': 'finished'" in out.stdout
-    again = _cli(*args)  # an ended run is not started again
-    assert again.returncode == 1 and "has ended" in again.stderr
+    again = _cli(*args)  # a finished run is not started again
+    assert again.returncode == 2 and "has finished" in again.stderr
 
 
 def test_lock_is_released_after_a_finished_run(reference_run):

@@ -9,7 +9,7 @@ import pytest
 
 from wmrl.config import ConfigError, load_config, to_yaml
 from wmrl.io import read_json
-from wmrl.orchestration.rundir import LAYOUT, RunDir, create_run_dir
+from wmrl.orchestration.rundir import LAYOUT, RunDir, config_mismatch, create_run_dir
 
 
 def test_new_run_directory_has_the_layout_config_and_manifest(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_reopening_a_run_records_another_start(tmp_path: Path) -> None:
 
 def test_reopening_a_run_with_another_config_is_refused(tmp_path: Path) -> None:
     create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1"])))
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(ValueError, match=r"different config \(algorithm.w_max: 4.0 in the run, 2.0 now\)"):
         create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1", "algorithm.w_max=2"])))
 
 
@@ -62,3 +62,20 @@ def test_ended_marker_keeps_the_first_reason(tmp_path: Path) -> None:
 def test_bad_launch_timings_are_rejected_naming_the_key(override: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         load_config(None, override)
+
+
+def test_config_mismatch_names_every_key_that_differs(tmp_path: Path) -> None:
+    run = create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1", "tracking.uri=sqlite:////x.db"])))
+    why = config_mismatch(run, to_yaml(load_config(None, ["run_name=r1", "algorithm.seed=3"])))
+    assert "algorithm.seed: 0 in the run, 3 now" in why
+    assert "tracking.uri: 'sqlite:////x.db' in the run, 'sqlite:///mlflow.db' now" in why
+    assert "w_max" not in why
+
+
+def test_reopen_moves_the_ended_marker_to_the_logs(tmp_path: Path) -> None:
+    run = create_run_dir(tmp_path / "r1", to_yaml(load_config(None, ["run_name=r1"])))
+    run.mark_ended("cancelled by user")
+    run.reopen()
+    assert not run.is_ended()
+    (history,) = run.logs.glob("ended-*.json")
+    assert read_json(history)["reason"] == "cancelled by user"

@@ -2,6 +2,7 @@
 
 import dataclasses
 import hashlib
+import json
 import subprocess
 import sys
 
@@ -9,7 +10,16 @@ import pandas as pd
 import pytest
 
 from wmrl.grading.metrics import get_metric
-from wmrl.tasks.builtin.build import MIN_REFERENCES, build_pool, check_variants, family_registry
+from wmrl.tasks.builtin.build import (
+    MARKER,
+    MIN_REFERENCES,
+    TASK_IDS,
+    ForeignDirectory,
+    build_pool,
+    check_variants,
+    family_registry,
+    resolve_families,
+)
 from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 
 CHEAP = ["wine", "lfw_faces"]  # small families, enough to exercise tabular and image writers
@@ -114,15 +124,59 @@ def test_reference_files_follow_the_contract(wine_task):
     assert 'os.environ["DATA_DIR"]' in code and 'os.environ["SUBMISSION_PATH"]' in code
 
 
-def test_rebuild_replaces_the_pool_as_a_whole(tmp_path):
+def test_only_adds_a_task_and_keeps_the_other_tasks(tmp_path):
     build_pool(tmp_path / "pool", only=["wine"], progress=False)
     build_pool(tmp_path / "pool", only=["lfw_faces"], progress=False)
-    assert [t.task_id for t in load_pool(tmp_path / "pool")] == ["lfw-face-detection"]
+    assert [t.task_id for t in load_pool(tmp_path / "pool")] == ["lfw-face-detection", "wine-cultivar"]
+    index = json.loads((tmp_path / "pool" / "pool.json").read_text())
+    assert [t["task_id"] for t in index["tasks"]] == ["lfw-face-detection", "wine-cultivar"]
 
 
-def test_unknown_family_is_an_error_listing_allowed(tmp_path):
-    with pytest.raises(ValueError, match="unknown built-in task family.*wine"):
+def test_rebuild_keeps_files_and_task_copies_wmrl_did_not_create(tmp_path):
+    root = tmp_path / "pool"
+    build_pool(root, only=["wine"], progress=False)
+    (root / "NOTES.md").write_text("my notes")
+    dojo = root / "my-dojo-comp" / "data" / "public"
+    dojo.mkdir(parents=True)
+    (dojo / "train.csv").write_text("id,y\n1,2\n")
+    (root / "wine-cultivar" / "public" / "train.csv").write_text("tampered")
+    build_pool(root, only=["wine-cultivar"], progress=False)
+    assert (root / "NOTES.md").read_text() == "my notes"
+    assert (dojo / "train.csv").read_text() == "id,y\n1,2\n"
+    assert (root / "wine-cultivar" / "public" / "train.csv").read_text() != "tampered"  # rebuilt
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_non_empty_directory_that_is_no_wmrl_pool_is_refused_untouched(tmp_path):
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / "thesis.tex").write_text("chapter 1")
+    with pytest.raises(ForeignDirectory, match="thesis.tex.*never replaces"):
+        build_pool(root, only=["wine"], progress=False)
+    assert sorted(p.name for p in root.iterdir()) == ["thesis.tex"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared"]
+
+
+def test_task_directory_of_the_same_name_not_built_by_wmrl_is_refused(tmp_path):
+    root = tmp_path / "pool"
+    build_pool(root, only=["wine"], progress=False)
+    (root / "wine-cultivar" / MARKER).unlink()
+    meta = json.loads((root / "wine-cultivar" / "task.json").read_text())
+    (root / "wine-cultivar" / "task.json").write_text(json.dumps({**meta, "version": "mine"}))
+    with pytest.raises(ForeignDirectory, match="wine-cultivar.*not built by wmrl"):
+        build_pool(root, only=["wine"], progress=False)
+    assert json.loads((root / "wine-cultivar" / "task.json").read_text())["version"] == "mine"
+
+
+def test_only_accepts_family_names_and_task_ids(families):
+    assert TASK_IDS == {name: make().task_id for name, make in family_registry().items()}
+    assert resolve_families(["wine-cultivar", "wine", "lfw_faces"]) == ["wine", "lfw_faces"]
+
+
+def test_unknown_task_is_an_error_listing_families_and_ids(tmp_path):
+    with pytest.raises(ValueError, match="unknown built-in task.*wine \\(wine-cultivar\\)"):
         build_pool(tmp_path / "pool", only=["nope"])
+    assert not (tmp_path / "pool").exists()
 
 
 def test_first_use_builds_once_when_two_processes_race(tmp_path):

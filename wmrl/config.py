@@ -157,6 +157,21 @@ def _explain(err: OmegaConfBaseException, schema: Any) -> ConfigError:
     return ConfigError(f"config key '{key}': {str(err).splitlines()[0]}")
 
 
+def _check_shape(layer: Any, schema: Any, where: str) -> None:
+    """A YAML file is a mapping, and a section (``algorithm``, ...) is given as a mapping, not a value
+    (OmegaConf's own errors for these name the key '?')."""
+    if not OmegaConf.is_dict(layer):
+        raise ConfigError(f"{where}: the top level must be a mapping of keys (run_name, runs_root, "
+                          f"{', '.join(SECTIONS)}), got a {type(layer).__name__.removesuffix('Config').lower()}")
+    for key in layer:
+        node = schema.get(key) if key in schema else None
+        if OmegaConf.is_dict(node) and not OmegaConf.is_dict(layer._get_node(key)):
+            value = layer._get_node(key)._value()
+            raise ConfigError(
+                f"{where}: '{key}' is a section, not a value (got {key}={value!r}); set its keys, e.g. "
+                f"{key}.{min(node.keys())}=..., allowed: {', '.join(sorted(node.keys()))}")
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> WMRLConfig:
     """Defaults <- YAML file <- ``key=value`` overrides; returns a validated ``WMRLConfig``."""
     schema = OmegaConf.structured(WMRLConfig)
@@ -169,11 +184,13 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             layers.append(OmegaConf.load(path))
         except Exception as err:  # yaml.YAMLError and friends
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        _check_shape(layers[-1], schema, str(path))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ConfigError(f"overrides must look like key=value, got: {' '.join(bad)}")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
+        _check_shape(layers[-1], schema, "command-line override")
         merged = OmegaConf.merge(*layers)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:

@@ -4,12 +4,17 @@ Every file another process reads is written with :func:`atomic_write_bytes`: a t
 directory, flushed and fsynced, then ``os.replace``-d into place, then the directory fsynced. A reader
 therefore sees either the old file, the new file, or no file, never a torn one. Temp files start with
 ``.tmp-`` so that directory scans can skip (and later sweep) leftovers of a crashed writer.
+
+Files get the permissions the user's umask gives a new file (``mkstemp`` alone would make them 0600),
+so that a lab can share a run directory or a task pool; :func:`share_with_group` hands a directory to
+a Unix group (setgid: everything created below it inherits the group).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,12 +36,43 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` can only set it; /proc tells it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)  # no /proc: set and restore (racy only against another thread doing the same)
+    os.umask(old)
+    return old
+
+
+def share_with_group(directory: Path, group: str) -> None:
+    """Give ``directory`` to the Unix ``group`` with the setgid bit, so that every file and directory
+    created below it belongs to that group (group rights then follow the umask, e.g. 0002)."""
+    import grp
+
+    try:
+        gid = grp.getgrnam(group).gr_gid if not group.isdigit() else int(group)
+    except KeyError:
+        raise ValueError(f"group {group!r} does not exist on this machine (see `id -Gn`)") from None
+    try:
+        os.chown(directory, -1, gid)
+        os.chmod(directory, os.stat(directory).st_mode | stat.S_ISGID)
+    except PermissionError as err:
+        raise ValueError(f"cannot give {directory} to group {group!r} ({err.strerror}); are you a member "
+                         "of it (`id -Gn`)?") from None
+
+
 def _durable_temp(path: Path, data: bytes) -> str:
     """A fsynced temp file holding ``data`` in ``path``'s directory (the caller renames or links it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

@@ -11,24 +11,30 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from wmrl.config import load_config, to_yaml
+from wmrl.config import ConfigError, WMRLConfig, load_config, to_yaml
 from wmrl.orchestration.coordinator import DEFAULT_TRAINER, Coordinator
 from wmrl.orchestration.lock import RunLock, RunLockHeld
-from wmrl.orchestration.rundir import RunDir, create_run_dir
+from wmrl.orchestration.preflight import preflight
+from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "launch", help="start a run: coordinator + anchor workers (Slurm via submitit, or local)",
         description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("config", metavar="CONFIG", help="YAML config (e.g. configs/e2e-local.yaml)")
+    parser.add_argument("config", metavar="CONFIG",
+                        help="YAML config (e.g. configs/e2e-local.yaml), or a run directory to relaunch it "
+                             "with its own config")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     parser.add_argument("--wait", action="store_true",
                         help="slurm: block until the run has ended, printing its status every --every s")
     parser.add_argument("--every", type=float, default=15.0, metavar="S", help="status interval of --wait")
     parser.add_argument("--trainer", default=DEFAULT_TRAINER, metavar="MODULE:FACTORY",
                         help=f"what the coordinator trains (default {DEFAULT_TRAINER})")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue a run that was cancelled (or stopped) from its latest checkpoint")
     parser.set_defaults(func=run)
 
 
@@ -40,22 +46,42 @@ def _refuse_if_running(run: RunDir, stale_s: float) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides)
+def _load(args: argparse.Namespace) -> WMRLConfig:
+    """CONFIG is a YAML file, or a run directory (relaunch with the config it was created with)."""
+    config = Path(args.config)
+    if config.is_dir():
+        if not (config / "config.yaml").is_file():
+            raise ConfigError(f"{config} is a directory but not a wmrl run directory (no config.yaml)")
+        config = config / "config.yaml"
+    cfg = load_config(config, args.overrides)
     cfg.tracking = cfg.tracking.absolute()  # the coordinator job may run in another directory
-    try:
-        run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg))
-    except ValueError as err:
-        print(f"wmrl launch: {err}", file=sys.stderr)
-        return 2
-    busy = _refuse_if_running(run_dir, cfg.launch.lock_stale_s)
-    if busy:
-        print(f"wmrl launch: {busy}", file=sys.stderr)
-        return 1
-    if run_dir.is_ended():
-        print(f"wmrl launch: {run_dir.path} has ended ({run_dir.ended_reason()}); use a new run_name",
-              file=sys.stderr)
-        return 1
+    return cfg
+
+
+def _refuse_if_ended(run: RunDir, resume: bool) -> str | None:
+    """An ended run is not restarted, unless ``--resume`` asks to continue a cancelled one."""
+    if not run.is_ended():
+        return None
+    reason = run.ended_reason()
+    if reason == "finished":
+        return f"{run.path} has finished; use a new run_name for a new run"
+    if not resume:
+        return f"{run.path} has ended ({reason}); `wmrl launch {run.path} --resume` continues it"
+    run.reopen()
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    preflight(cfg, args.trainer)  # PreflightError (exit 2) before anything is created or queued
+    run_dir = RunDir(cfg.run_dir)
+    if run_dir.config_path.exists():  # a relaunch: same config, no live coordinator, not ended
+        refusal = (_refuse_if_running(run_dir, cfg.launch.lock_stale_s) or config_mismatch(run_dir, to_yaml(cfg))
+                   or _refuse_if_ended(run_dir, args.resume))
+        if refusal:
+            print(f"wmrl launch: {refusal}", file=sys.stderr)
+            return 2
+    run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group)
     print(f"run dir:  {run_dir.path}")
     if cfg.launch.executor == "local":
         print(f"executor: local (coordinator in this process, {cfg.launch.workers} worker processes)")
@@ -64,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             result = Coordinator(str(run_dir.path), args.trainer)(progress=sys.stderr.isatty())
         except RunLockHeld as err:
             print(f"wmrl launch: {err}", file=sys.stderr)
-            return 1
+            return 2
         print(f"finished: {result}")
         return 0 if result.get("state") == "finished" else 1
 

@@ -30,6 +30,9 @@ class LaunchConfig:
     lock_stale_s: float = 120.0
     # Leftover temp files of crashed writers older than this are removed by the sweeper.
     tmp_max_age_s: float = 3600.0
+    # Unix group that shares the run directory ("" = the user's default group): the directory gets it
+    # with the setgid bit, so every file inside belongs to it; group rights follow the umask (0002).
+    group: str = ""
 
     # ---- Slurm submission (launch.executor=slurm; see docs/orchestration.md). "" / 0 = not requested.
     partition: str = ""

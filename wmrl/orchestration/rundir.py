@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wmrl.io import atomic_write_json, atomic_write_text, read_json
+from wmrl.io import atomic_write_json, atomic_write_text, read_json, share_with_group
 
 LAYOUT = (
     "rollouts", "calibration", "checkpoints", "logs", "workers",
@@ -88,6 +88,13 @@ class RunDir:
         if not self.ended_path.exists():
             atomic_write_json(self.ended_path, {"reason": reason, "at": time.time(), "host": host_name()})
 
+    def reopen(self) -> None:
+        """Continue an ended run (``wmrl launch --resume``): the ENDED marker moves to logs/ as history."""
+        try:
+            os.replace(self.ended_path, self.logs / f"ended-{time.time():.0f}.json")
+        except FileNotFoundError:
+            pass
+
     def is_ended(self) -> bool:
         return self.ended_path.exists()
 
@@ -140,21 +147,54 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def create_run_dir(path: str | Path, config_yaml: str) -> RunDir:
+def config_diff(stored_yaml: str, new_yaml: str) -> str:
+    """``"algorithm.w_max: 4.0 in the run, 2.0 now; tracking.uri: ..."``: every key that differs."""
+    import yaml
+
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for key, value in node.items():
+                out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+            return out
+        return {prefix: node}
+
+    old, new = flat(yaml.safe_load(stored_yaml) or {}), flat(yaml.safe_load(new_yaml) or {})
+    def show(values: dict[str, Any], key: str) -> str:
+        return repr(values[key]) if key in values else "(absent)"
+
+    parts = [f"{key}: {show(old, key)} in the run, {show(new, key)} now"
+             for key in sorted(old.keys() | new.keys()) if show(old, key) != show(new, key)]
+    return "; ".join(parts) or "same values, different text"
+
+
+def config_mismatch(run: RunDir, config_yaml: str) -> str | None:
+    """Why ``config_yaml`` cannot (re)start the run at ``run`` (None: new run, or the same config)."""
+    try:
+        stored = run.config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    if stored == config_yaml:
+        return None
+    return (f"{run.config_path} exists with a different config ({config_diff(stored, config_yaml)}); a run's config "
+            f"cannot change: relaunch with the same overrides (or `wmrl launch {run.path}`), or use a new run_name")
+
+
+def create_run_dir(path: str | Path, config_yaml: str, group: str = "") -> RunDir:
     """Create (or reopen, on a restart) a run directory; record this start in the manifest.
 
     ``config_yaml`` is the resolved config (``wmrl.config.to_yaml(cfg)``). On reopen it must match the
-    stored one: a run's config never changes under it.
+    stored one: a run's config never changes under it. ``group``: the Unix group that shares the
+    run directory (setgid, see :func:`wmrl.io.share_with_group`).
     """
     run = RunDir(Path(path))
+    mismatch = config_mismatch(run, config_yaml)
+    if mismatch:
+        raise ValueError(mismatch)
     run.ensure_layout()
-    if run.config_path.exists():
-        if run.config_path.read_text(encoding="utf-8") != config_yaml:
-            raise ValueError(
-                f"{run.config_path} exists with a different config; a run's config cannot change. "
-                "Use a new run_name for a new config."
-            )
-    else:
+    if group:
+        share_with_group(run.path, group)
+    if not run.config_path.exists():
         atomic_write_text(run.config_path, config_yaml)
     start = {"host": host_name(), "pid": os.getpid(), "started_at": time.time(),
              "argv": sys.argv, "slurm": slurm_identity()}

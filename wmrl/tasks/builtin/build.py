@@ -154,18 +154,107 @@ def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
     return meta
 
 
-def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
-    """Build the pool (or the families in ``only``) into ``root``, replacing it as a whole.
+# Task id of each family (what `wmrl tasks list` shows): `--only` accepts either name. Kept in sync
+# with the families by tests/test_tasks_builtin.py (building a family just to learn its id takes seconds).
+TASK_IDS: dict[str, str] = {
+    "breast_cancer": "breast-cancer-diagnosis", "wine": "wine-cultivar", "diabetes": "diabetes-progression",
+    "synthetic_classification": "synthetic-multiclass", "friedman": "friedman-regression",
+    "hastie": "hastie-binary", "affairs": "marriage-affairs", "anes_party": "anes96-party",
+    "digits_png": "digits-png", "digits_noisy_zip": "digits-noisy-zip", "lfw_faces": "lfw-face-detection",
+    "shapes": "noisy-shapes", "topics": "news-topics", "sentiment": "review-sentiment", "rating": "review-rating",
+}
+# Present in every task directory the build wrote: only those are ever replaced by a rebuild.
+MARKER = ".wmrl-built"
+POOL_INDEX = "pool.json"
 
-    Files are written into a sibling temp directory that is renamed into place at the end, so a
-    reader sees either no pool or a complete one.
+
+class ForeignDirectory(ValueError):
+    """The build would have to replace or remove files that wmrl did not create."""
+
+
+def resolve_families(names: Sequence[str] | None) -> list[str]:
+    """Family names for ``--only`` values that are family names (``wine``) or task ids (``wine-cultivar``)."""
+    registry = family_registry()
+    if not names:
+        return list(registry)
+    by_id = {task_id: family for family, task_id in TASK_IDS.items()}
+    out, unknown = [], []
+    for name in names:
+        family = name if name in registry else by_id.get(name)
+        if family is None:
+            unknown.append(name)
+        elif family not in out:
+            out.append(family)
+    if unknown:
+        allowed = ", ".join(f"{f} ({TASK_IDS.get(f, '?')})" for f in registry)
+        raise ValueError(f"unknown built-in task {unknown}; allowed: a family or its task id: {allowed}")
+    return out
+
+
+def is_wmrl_task(task_dir: Path) -> bool:
+    """Whether ``task_dir`` was written by this build (the marker; pools built before it: task.json)."""
+    if (task_dir / MARKER).is_file():
+        return True
+    try:
+        return str(json.loads((task_dir / "task.json").read_text())["version"]).startswith("builtin-")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def check_root(root: Path, task_ids: Sequence[str]) -> None:
+    """Refuse a root that is neither new, empty nor a wmrl pool, and task directories wmrl did not make."""
+    if root.exists() and not root.is_dir():
+        raise ForeignDirectory(f"{root} is a file, not a directory; choose another --root")
+    if not root.is_dir():
+        return
+    entries = sorted(p.name for p in root.iterdir() if not p.name.startswith(".tmp-"))
+    if entries and POOL_INDEX not in entries and not any(is_wmrl_task(root / e) for e in entries):
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ForeignDirectory(
+            f"{root} is not empty and is not a wmrl task pool (it holds {shown}); wmrl never replaces files it "
+            "did not create: build into a new or empty directory")
+    foreign = [t for t in task_ids if (root / t).exists() and not is_wmrl_task(root / t)]
+    if foreign:
+        raise ForeignDirectory(
+            f"{root}: {', '.join(foreign)} exist(s) but were not built by wmrl (no {MARKER}); move them away "
+            "or build into another directory")
+
+
+def _replace_task(staged: Path, target: Path) -> None:
+    """Swap one freshly built task directory in (two renames; the old copy is removed afterwards)."""
+    old = target.with_name(f".tmp-old-{target.name}.{os.getpid()}")
+    if target.exists():
+        os.replace(target, old)
+    os.replace(staged, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_index(root: Path, metas: list[dict]) -> None:
+    """pool.json lists every wmrl-built task of the root: the old entries, updated by this build."""
+    from wmrl.io import atomic_write_text
+
+    try:
+        previous = json.loads((root / POOL_INDEX).read_text())["tasks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = []
+    tasks = {t["task_id"]: t for t in previous if isinstance(t, dict) and "task_id" in t
+             and (root / t["task_id"]).is_dir()}
+    tasks.update({m["task_id"]: {k: m[k] for k in ("task_id", "split", "category", "metric")} for m in metas})
+    pool = {"version": BUILTIN_VERSION, "tasks": [tasks[k] for k in sorted(tasks)]}
+    atomic_write_text(root / POOL_INDEX, json.dumps(pool, indent=1, sort_keys=True) + "\n")
+
+
+def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
+    """Build the pool (or the families / task ids in ``only``) into ``root``.
+
+    Tasks are built in a sibling temp directory, then each one replaces only its own task directory
+    (one marked as built by wmrl); everything else in ``root`` (a user's notes, an MLE-Dojo copy, the
+    tasks not in ``only``) is left alone. A non-empty directory that is not a wmrl pool is refused.
     """
     root = Path(root)
     registry = family_registry()
-    names = list(only) if only else list(registry)
-    unknown = [n for n in names if n not in registry]
-    if unknown:
-        raise ValueError(f"unknown built-in task family {unknown}; allowed: {', '.join(registry)}")
+    names = resolve_families(only)
+    check_root(root, [TASK_IDS.get(n, n) for n in names])
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{root.name}.", dir=root.parent))
     metas = []
@@ -174,17 +263,15 @@ def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = T
             for name in tqdm(names, desc="building tasks", unit="task", disable=not progress):
                 data = registry[name]()
                 metas.append(build_task(data, staging / data.task_id, Path(scratch)))
-        pool = {"version": BUILTIN_VERSION, "tasks": [
-            {k: m[k] for k in ("task_id", "split", "category", "metric")} for m in metas]}
-        (staging / "pool.json").write_text(json.dumps(pool, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        if root.exists():
-            old = root.with_name(f".tmp-old-{root.name}.{os.getpid()}")
-            os.replace(root, old)
-            os.replace(staging, root)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, root)
-    except BaseException:
+                (staging / data.task_id / MARKER).write_text(
+                    json.dumps({"built_by": "wmrl tasks build", "family": name, "version": BUILTIN_VERSION},
+                               sort_keys=True) + "\n", encoding="utf-8")
+        check_root(root, [m["task_id"] for m in metas])  # another process may have written meanwhile
+        root.mkdir(parents=True, exist_ok=True)
+        for meta in metas:
+            _replace_task(staging / meta["task_id"], root / meta["task_id"])
+        _write_index(root, metas)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
     return metas
+

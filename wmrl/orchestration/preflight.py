@@ -1,0 +1,99 @@
+"""Checks ``wmrl launch`` runs in the login shell before anything is created or queued.
+
+A bad ``runs_root``, ``tasks.root``, trainer or sandbox backend would otherwise surface only inside
+the jobs once Slurm starts them (both FAILED, a half-made run directory left behind). Each check
+raises :class:`PreflightError` with one sentence naming the key, the value and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from wmrl.config import ConfigError, WMRLConfig
+
+# Kernel filesystems: writable-looking, but nothing a run directory can live on.
+VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+SANDBOX_WORK = "wmrl.orchestration.work:real_work"
+
+
+class PreflightError(ConfigError):
+    """The run cannot start as configured (reported before anything is submitted)."""
+
+
+def check_runs_root(runs_root: str | Path, run_dir: Path) -> None:
+    """``runs_root`` is (or can become) a writable directory on a real filesystem."""
+    path = Path(runs_root).expanduser().absolute()
+    for virtual in VIRTUAL_ROOTS:
+        if path == virtual or virtual in path.parents:
+            raise PreflightError(f"runs_root={str(runs_root)!r} is under {virtual}, a kernel filesystem; use a "
+                                 "directory on shared storage, e.g. runs_root=/shared/wmrl/runs")
+    for candidate in (run_dir.absolute(), *run_dir.absolute().parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise PreflightError(f"runs_root={str(runs_root)!r}: {candidate} is a file, not a directory; "
+                                     "choose another runs_root")
+            if not os.access(candidate, os.W_OK | os.X_OK):
+                raise PreflightError(f"runs_root={str(runs_root)!r}: cannot create directories in {candidate} "
+                                     "(permission denied); choose a runs_root you can write to")
+            return
+
+
+def check_trainer(spec: str) -> None:
+    """``module:factory`` imports and names a callable."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise PreflightError(f"trainer {spec!r} must be 'module:factory', e.g. "
+                             "wmrl.orchestration.anchored_sim:make_trainer")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except ImportError as err:
+        raise PreflightError(f"trainer {spec!r}: cannot import {module} ({err})") from None
+    except AttributeError:
+        raise PreflightError(f"trainer {spec!r}: {module} has no {attr!r}") from None
+    if not callable(factory):
+        raise PreflightError(f"trainer {spec!r}: {module}.{attr} is not callable")
+
+
+def check_tasks_root(cfg: WMRLConfig) -> None:
+    """A configured ``tasks.root`` loads as a task pool (the built-in default is built on first use)."""
+    if not cfg.tasks.root:
+        return
+    from wmrl.tasks.pool import load_pool
+    from wmrl.tasks.task import TaskError
+
+    try:
+        load_pool(Path(cfg.tasks.root).expanduser())
+    except TaskError as err:
+        raise PreflightError(f"tasks.root={cfg.tasks.root!r}: {err}") from None
+
+
+def check_sandbox(cfg: WMRLConfig) -> None:
+    """The sandbox the workers will use exists (only when they run the sandbox: ``launch.work``)."""
+    if cfg.launch.work != SANDBOX_WORK:
+        return
+    from wmrl.sandbox import SandboxError, make_backend
+
+    if cfg.sandbox.backend == "apptainer":
+        # The image lives on shared storage the login node sees; the apptainer binary may exist on
+        # the compute nodes only (a module loaded by launch.setup), so it is not required here.
+        if not Path(cfg.sandbox.apptainer_image).expanduser().is_file():
+            raise PreflightError(f"sandbox.apptainer_image={cfg.sandbox.apptainer_image!r} does not exist; "
+                                 "build it from containers/sandbox.def (containers/README.md)")
+        return
+    if cfg.launch.executor == "slurm" and cfg.sandbox.backend == "bwrap":
+        return  # installed on the compute nodes, not necessarily on the login node
+    try:
+        make_backend(cfg.sandbox)
+    except SandboxError as err:
+        raise PreflightError(f"sandbox.backend={cfg.sandbox.backend!r}: {err}") from None
+
+
+def preflight(cfg: WMRLConfig, trainer: str) -> None:
+    """Everything that can be checked before a run directory is created or a job is queued."""
+    check_runs_root(cfg.runs_root, cfg.run_dir)
+    check_trainer(trainer)
+    check_tasks_root(cfg)
+    check_sandbox(cfg)
