@@ -1,0 +1,63 @@
+"""Config section ``world_model``: the frozen LLM that predicts execution outcomes (paper, Appendix D/E)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wmrl.world_model.prompts import CHECK_NAMES, PROMPT_STYLES, QUALITY
+
+BACKENDS = ("in_process", "http")
+
+
+@dataclass
+class WorldModelConfig:
+    # in_process: a frozen copy of the policy's backbone in the coordinator (a Generator);
+    # http: an OpenAI-compatible endpoint at `url` (a `vllm serve` job on a cluster, `transformers serve` locally).
+    backend: str = "in_process"
+    url: str = ""  # e.g. http://gpu-node-3:8000/v1
+    model: str = ""  # the served model name the endpoint expects ("" = the model path)
+    # Which of the eight checks run (paper order); the quality check must stay, it scores valid code.
+    checks: list[str] = field(default_factory=lambda: list(CHECK_NAMES))
+    prompt_style: str = "full"  # "short": the same segments in a few lines, for tiny models
+    max_new_tokens: int = 1024  # Appendix D: the prediction budget
+    # The context cap of Appendix D (12k tokens), applied to the overview in characters (~4 per token) so
+    # that both backends cut the prompt identically without a tokenizer on the client side.
+    max_overview_chars: int = 36000
+    temperature: float = 0.0  # greedy: a frozen simulator should say the same thing twice
+    seed: int = 0
+    # A failing check with confidence >= this makes the solution predicted-invalid.
+    fail_threshold: float = 0.5
+    # Predicted Position Score when the quality check's answer is unparseable (counted as a fallback).
+    fallback_quality: float = 0.5
+    precheck: bool = True  # the static pre-check (beyond the paper); off = the paper's exact setting
+    # HTTP client: requests in flight at once, seconds per request, retries after a failed request.
+    concurrency: int = 16
+    timeout_s: float = 300.0
+    retries: int = 3
+
+    def validate(self, prefix: str = "world_model") -> None:
+        from wmrl.config import ConfigError, check_choice, check_range
+
+        check_choice(f"{prefix}.backend", self.backend, BACKENDS)
+        check_choice(f"{prefix}.prompt_style", self.prompt_style, PROMPT_STYLES)
+        if self.backend == "http" and not str(self.url).startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{prefix}.url={self.url!r} is not allowed with {prefix}.backend=http; "
+                "give the endpoint's base URL, e.g. http://HOST:8000/v1"
+            )
+        if not self.checks:
+            raise ConfigError(f"{prefix}.checks is empty; choose from: {', '.join(CHECK_NAMES)}")
+        for i, name in enumerate(self.checks):
+            check_choice(f"{prefix}.checks[{i}]", name, CHECK_NAMES)
+        if len(set(self.checks)) != len(self.checks):
+            raise ConfigError(f"{prefix}.checks={list(self.checks)} lists a check twice")
+        if QUALITY not in self.checks:
+            raise ConfigError(f"{prefix}.checks must include '{QUALITY}': it scores a valid solution")
+        check_range(f"{prefix}.max_new_tokens", self.max_new_tokens, 1)
+        check_range(f"{prefix}.max_overview_chars", self.max_overview_chars, 100)
+        check_range(f"{prefix}.temperature", self.temperature, 0.0)
+        check_range(f"{prefix}.fail_threshold", self.fail_threshold, 0.0, 1.0, low_open=True)
+        check_range(f"{prefix}.fallback_quality", self.fallback_quality, 0.0, 1.0)
+        check_range(f"{prefix}.concurrency", self.concurrency, 1)
+        check_range(f"{prefix}.timeout_s", self.timeout_s, 0.0, low_open=True)
+        check_range(f"{prefix}.retries", self.retries, 0)
