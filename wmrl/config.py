@@ -109,13 +109,15 @@ class AlgorithmConfig:
 
 # --------------------------------------------------------------------------- the whole run
 # Each part of the package owns its own section; those modules import this one only lazily.
+from wmrl.agent.config import AgentConfig
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.sandbox.config import SandboxConfig
 from wmrl.simulate.config import SimulatorConfig
 from wmrl.tasks.config import TasksConfig
 from wmrl.tracking.config import TrackingConfig
+from wmrl.world_model.config import WorldModelConfig
 
-SECTIONS = ("algorithm", "simulator", "tasks", "sandbox", "launch", "tracking")
+SECTIONS = ("algorithm", "simulator", "tasks", "sandbox", "launch", "tracking", "agent", "world_model")
 
 
 @dataclass
@@ -129,6 +131,8 @@ class WMRLConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    world_model: WorldModelConfig = field(default_factory=WorldModelConfig)
 
     def validate(self) -> None:
         if not self.run_name or "/" in self.run_name:

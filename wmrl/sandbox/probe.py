@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wmrl.sandbox.base import SandboxBackend, SandboxLimits
-from wmrl.sandbox.runspec import SandboxError
 from wmrl.sandbox.libraries import SANDBOX_LIBRARIES, SANDBOX_PYTHON, Library
+from wmrl.sandbox.runspec import SandboxError
 
 # Runs inside the sandbox with its interpreter: standard library only.
 PROBE_CODE = """\
