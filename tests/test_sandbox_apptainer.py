@@ -29,11 +29,13 @@ from pathlib import Path
 args = sys.argv[1:]
 Path(__file__).with_suffix(".log").write_text(json.dumps({"argv": sys.argv, "env": dict(os.environ)}))
 assert args.pop(0) == "exec"
-binds, env, pwd = [], {}, "/"
+binds, env, pwd, workdir = [], {}, "/", None
 while args[0].startswith("--"):
     flag = args.pop(0)
     if flag == "--bind":
         binds.append(args.pop(0))
+    elif flag == "--workdir":  # as apptainer does under --contain: WORKDIR/tmp, WORKDIR/var_tmp
+        workdir = args.pop(0)
     elif flag == "--env":
         key, _, value = args.pop(0).partition("=")
         env[key] = value
@@ -50,6 +52,10 @@ for name in os.listdir("/"):
     elif os.path.isdir(path):
         bw += ["--dev-bind", path, path]
 bw += ["--dir", "/sandbox"]
+if workdir:
+    for sub, dest in (("tmp", "/tmp"), ("var_tmp", "/var/tmp")):
+        os.makedirs(f"{workdir}/{sub}", mode=0o1777, exist_ok=True)
+        binds.insert(0, f"{workdir}/{sub}:{dest}")
 for spec in binds:
     src, dest, *mode = spec.split(":")
     bw += ["--ro-bind" if mode == ["ro"] else "--bind", src, dest]
@@ -91,12 +97,14 @@ def public(tmp_path: Path) -> Path:
 def test_command_line_is_the_designed_one() -> None:
     argv = build_argv(
         "apptainer", "/img/sandbox.sif", "python", Path("/d/public"), Path("/w/1"),
-        Path("/s/in"), Path("/s/out"), SandboxLimits(gpus=0), [], {"DATA_DIR": "/sandbox/data"},
+        Path("/s/in"), Path("/s/out"), Path("/s/tmp"), Path("/s/shm"), SandboxLimits(gpus=0), [],
+        {"DATA_DIR": "/sandbox/data"},
     )  # fmt: skip
     assert argv == [
         "apptainer", "exec", "--containall", "--cleanenv", "--no-home", "--net", "--network", "none",
         "--bind", "/d/public:/sandbox/data:ro", "--bind", "/w/1:/sandbox/work",
         "--bind", "/s/in:/sandbox/in:ro", "--bind", "/s/out:/sandbox/out",
+        "--workdir", "/s/tmp", "--bind", "/s/shm:/dev/shm",
         "--pwd", "/sandbox/work", "--env", "DATA_DIR=/sandbox/data",
         "/img/sandbox.sif", "python", "-s", "-B", "/sandbox/in/launcher.py", "/sandbox/in/spec.json",
     ]  # fmt: skip
@@ -105,7 +113,7 @@ def test_command_line_is_the_designed_one() -> None:
 def test_gpus_add_nv_and_extra_binds_are_read_only() -> None:
     argv = build_argv(
         "apptainer", "/img.sif", "python", Path("/p"), Path("/w"), Path("/i"), Path("/o"),
-        SandboxLimits(gpus=1), ["/models:/opt/models"], {},
+        Path("/t"), Path("/m"), SandboxLimits(gpus=1), ["/models:/opt/models"], {},
     )  # fmt: skip
     assert "--nv" in argv
     assert argv[argv.index("/models:/opt/models:ro") - 1] == "--bind"
@@ -167,6 +175,35 @@ while True:
     assert result.status == "timeout"
     assert result.wall_seconds < 2 + 3
     assert _processes_with(marker) == []
+
+
+@pytest.mark.parametrize("where", ["/tmp", "/var/tmp", "/dev/shm", "/sandbox/work"])
+def test_everything_it_can_write_counts_toward_the_disk_quota(
+    fake_apptainer: Path, image: Path, public: Path, tmp_path: Path, where: str
+) -> None:
+    # Under apptainer /tmp, /var/tmp and /dev/shm are host directories on the scratch disk.
+    backend = make_backend(
+        SandboxConfig(
+            backend="apptainer", apptainer_image=str(image), python=sys.executable,
+            scratch_dir=str(tmp_path),
+        )
+    )  # fmt: skip
+    code = f"""
+import time
+block = b"x" * (1 << 20)
+for i in range(40):  # 40 files of 4 MB: 160 MB against a quota of 32 MB
+    with open(f"{where}/f{{i}}.bin", "wb") as f:
+        for _ in range(4):
+            f.write(block)
+print("wrote everything")
+time.sleep(20)
+"""
+    lim = SandboxLimits(timeout_s=30, disk_quota_mb=32)
+    result = backend.run(code, public, tmp_path / "work", lim)
+    assert result.status == "disk_quota", (result.stderr_tail, result.extra)
+    assert "wrote everything" not in result.stdout_tail
+    assert result.wall_seconds < 20
+    assert not list(tmp_path.glob("wmrl-sbx-*"))  # the scratch (its /tmp, /dev/shm) is gone
 
 
 def _processes_with(marker: str) -> list[str]:

@@ -1,5 +1,6 @@
-"""Security: hostile solutions try to exhaust the host (processes, memory, time, output, disk),
-or to outlive their execution; each is bounded and the host stays usable."""
+"""Security: hostile solutions try to exhaust the host (processes, memory, time, output, one huge
+file), or to outlive their execution; each is bounded and the host stays usable. Disk and tmpfs
+filled as a whole: ``test_security_quota.py``."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ for _ in range(6):
 time.sleep(60)
 """
     result, grade = attack(world, code, limits(timeout_s=20, memory_mb=512))
-    assert result.status == "killed" and result.extra["kill_reason"] == "memory"
+    assert result.status == "memory" and result.extra["kill_reason"] == "memory"
+    assert "over its limit of 512 MB" in result.extra["limit_detail"]
     assert result.wall_seconds < 20
     assert_contained(world, before, result, grade)
 

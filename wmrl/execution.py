@@ -23,6 +23,12 @@ from wmrl.sandbox.base import ExecutionResult, SandboxBackend, SandboxLimits
 
 FEEDBACK_OUTPUT_CHARS = 4000  # printed output kept in the feedback (observations are truncated later)
 FEEDBACK_TRACEBACK_CHARS = 6000
+# What counts toward each limit, so the agent can write a solution that stays under it.
+LIMIT_HINTS = {
+    "memory": "Memory counts all processes together, and files kept in an in-memory /tmp or /dev/shm.",
+    "disk_quota": "The disk quota counts every file the code writes (work directory, temporary "
+    "directories), deleted files still held open included.",
+}
 
 
 @dataclass
@@ -63,6 +69,11 @@ def format_feedback(result: ExecutionResult, grade: Grade, timeout_s: float | No
     elif result.status == "timeout":
         limit = f" of {timeout_s:.0f} s" if timeout_s else ""
         lines.append(f"Execution exceeded the time limit{limit} and was stopped ({result.wall_seconds:.1f} s).")
+    elif result.status in ("memory", "disk_quota"):
+        what = "memory limit" if result.status == "memory" else "disk quota"
+        why = result.extra.get("limit_detail", f"it passed its {what}")
+        lines.append(f"Execution was stopped at its {what}: {why} ({result.wall_seconds:.1f} s).")
+        lines.append(LIMIT_HINTS[result.status])
     elif result.status == "killed":
         why = result.extra.get("kill_reason", "a resource limit")
         lines.append(f"Execution was killed ({why}; exit code {result.exit_code}, {result.wall_seconds:.1f} s).")

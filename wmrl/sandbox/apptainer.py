@@ -5,10 +5,18 @@ The command (DESIGN §4)::
     apptainer exec --containall --cleanenv --no-home --net --network none
         --bind PUBLIC:/sandbox/data:ro --bind WORK:/sandbox/work
         --bind SCRATCH/in:/sandbox/in:ro --bind SCRATCH/out:/sandbox/out
+        --workdir SCRATCH/tmp --bind SCRATCH/shm:/dev/shm
         [--nv] --pwd /sandbox/work --env K=V ... IMAGE python -s -B /sandbox/in/launcher.py ...
 
 ``--containall`` gives it its own pid and ipc namespaces, an empty /tmp and no host home;
-``--net --network none`` a network namespace with loopback only. Apptainer has no time limit of
+``--net --network none`` a network namespace with loopback only.
+
+Disk and memory as a whole: under ``--containall`` apptainer would put /tmp and /var/tmp in its
+session tmpfs (sized by the site's ``sessiondir max size``, not by us) and mount a fresh tmpfs
+of no size limit at /dev/shm. ``--workdir`` moves /tmp and /var/tmp to ``SCRATCH/tmp/{tmp,var_tmp}``
+and the bind replaces /dev/shm with ``SCRATCH/shm``: every place the solution can write is then a
+host directory on the node's scratch disk, which the supervisor's disk watchdog measures together
+with the work dir against ``disk_quota_mb`` (the image itself is read-only). Apptainer has no time limit of
 its own: the supervisor runs it in a new session and kills the whole process group (and every
 descendant) on timeout. Bind variables a user may have exported (``APPTAINER_BIND`` and friends)
 would silently add host paths to the sandbox: the command runs with a scrubbed environment.
@@ -61,6 +69,8 @@ def build_argv(
     work_dir: Path,
     scratch_in: Path,
     scratch_out: Path,
+    scratch_tmp: Path,
+    scratch_shm: Path,
     limits: SandboxLimits,
     extra_binds: list[str],
     env: dict[str, str],
@@ -74,6 +84,9 @@ def build_argv(
         "--bind", f"{work_dir}:{m.work}",
         "--bind", f"{scratch_in}:{m.scratch_in}:ro",
         "--bind", f"{scratch_out}:{m.scratch_out}",
+        # /tmp, /var/tmp and /dev/shm on the scratch disk, under the disk quota (module doc).
+        "--workdir", str(scratch_tmp),
+        "--bind", f"{scratch_shm}:/dev/shm",
     ]  # fmt: skip
     for spec in extra_binds:
         src, _, dest = spec.partition(":")
@@ -121,11 +134,12 @@ class ApptainerBackend:
             env.update(gpu_env(limits))
             argv = build_argv(
                 apptainer, self.image, self.python, public_dir, work_dir, scratch.inp, scratch.out,
-                limits, list(self.cfg.extra_binds), env,
+                scratch.tmp, scratch.shm, limits, list(self.cfg.extra_binds), env,
             )  # fmt: skip
             outcome = supervise(
-                argv, host_env(), limits, lambda pid: ProcSelector(root=pid), (pipe.write_fd,)
-            )
+                argv, host_env(), limits, lambda pid: ProcSelector(root=pid), (pipe.write_fd,),
+                writable=(work_dir, scratch.out, scratch.tmp, scratch.shm),
+            )  # fmt: skip
             # Whether apptainer hands inherited descriptors through depends on its version and
             # set-up: a missing start signal means "unknown" here, never a sandbox failure.
             return to_result(outcome, self.name, work_dir, scratch, pipe.started() or None)

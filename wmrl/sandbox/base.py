@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-STATUSES = ("ok", "error", "timeout", "killed")
+# "memory" / "disk_quota": the supervisor stopped the execution at its memory limit (processes plus
+# its tmpfs files) or at its disk quota (everything it wrote); "killed": any other signal death.
+STATUSES = ("ok", "error", "timeout", "memory", "disk_quota", "killed")
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class SandboxLimits:
     max_output_bytes: int = 1 << 20  # captured stdout/stderr beyond this are dropped
     gpus: int = 0
     max_file_mb: int = 4096  # largest single file the solution may write (RLIMIT_FSIZE)
+    disk_quota_mb: int = 16384  # everything the execution holds on disk, all files together
+    max_files: int = 100_000  # files and directories it may hold (bounds the quota's walk too)
 
 
 @dataclass

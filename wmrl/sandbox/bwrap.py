@@ -2,8 +2,9 @@
 
 The sandbox gets: its own pid, network (loopback only), ipc and uts namespaces; a fresh /proc;
 a tmpfs root holding read-only binds of /usr (and the /bin, /lib* links), the few /etc files
-programs need, the Python installation and the venv; a tmpfs /tmp; the task's public data
-read-only at /sandbox/data; the work dir writable at /sandbox/work. Nothing else of the host.
+programs need, the Python installation and the venv; size-limited tmpfs /tmp and /dev/shm (their
+pages count in the execution's memory); the task's public data read-only at /sandbox/data; the
+work dir writable at /sandbox/work (under the disk quota). Nothing else of the host.
 
 Started by root (as on this machine and in most CI), bwrap runs without a user namespace and the
 launcher switches to a fresh, unprivileged uid per execution: RLIMIT_NPROC is then a real
@@ -115,7 +116,8 @@ def build_argv(
         argv += ["--ro-bind", str(scratch_in / "passwd"), "/etc/passwd"]
         argv += ["--ro-bind", str(scratch_in / "group"), "/etc/group"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    # World-writable sticky tmpfs, sized so /tmp cannot eat the host's memory.
+    # World-writable sticky tmpfs, each at most memory_mb; their pages count in the execution's
+    # memory (wmrl.sandbox.memory), so /tmp and /dev/shm together stay under memory_mb as well.
     tmp_size = str(limits.memory_mb * 1024 * 1024)
     argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp"]
     argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
@@ -185,7 +187,11 @@ class BwrapBackend:
                 else (lambda pid: ProcSelector(root=pid))
             )
             host_env = {"PATH": os.environ.get("PATH", BASE_PATH)}
-            outcome = supervise(argv, host_env, limits, selector, (pipe.write_fd,))
+            # /tmp and /dev/shm are tmpfs: memory, counted by the memory watchdog, not the quota.
+            outcome = supervise(
+                argv, host_env, limits, selector, (pipe.write_fd,),
+                writable=(work_dir, scratch.out),
+            )  # fmt: skip
             return to_result(outcome, self.name, work_dir, scratch, pipe.started())
         finally:
             pipe.close()

@@ -13,7 +13,8 @@ BACKENDS = ("bwrap", "apptainer", "subprocess")
 class SandboxConfig:
     backend: str = "bwrap"
     timeout_s: float = 1200.0  # Appendix D execution budget
-    # Per-process address-space limit and the limit on the summed resident memory of the sandbox.
+    # Per-process address-space limit, and the limit on the execution's memory as a whole: the PSS of
+    # all its processes plus its files in tmpfs (/tmp, /dev/shm under bwrap).
     memory_mb: int = 8192
     # Processes + threads the solution may hold at once (a fork bomb stops here).
     max_procs: int = 256
@@ -21,6 +22,10 @@ class SandboxConfig:
     max_output_bytes: int = 1 << 20
     # Largest single file the solution may write (RLIMIT_FSIZE); guards the shared disk.
     max_file_mb: int = 4096
+    # Disk quota of one execution: the bytes of everything it can write (work dir, scratch, and
+    # for apptainer its /tmp, /var/tmp, /dev/shm) together; and how many files it may hold.
+    disk_quota_mb: int = 16384
+    max_files: int = 100_000
     gpus: int = 0
     # Threads for OpenMP / BLAS inside the sandbox (OMP_NUM_THREADS and friends).
     threads: int = 1
@@ -44,6 +49,8 @@ class SandboxConfig:
         check_range(f"{prefix}.max_procs", self.max_procs, 4)
         check_range(f"{prefix}.max_output_bytes", self.max_output_bytes, 1024)
         check_range(f"{prefix}.max_file_mb", self.max_file_mb, 1)
+        check_range(f"{prefix}.disk_quota_mb", self.disk_quota_mb, 1)
+        check_range(f"{prefix}.max_files", self.max_files, 16)
         check_range(f"{prefix}.gpus", self.gpus, 0)
         check_range(f"{prefix}.threads", self.threads, 1)
         if self.backend == "apptainer" and not self.apptainer_image:
@@ -70,4 +77,6 @@ def limits_from_config(cfg: SandboxConfig, timeout_s: float | None = None) -> Sa
         max_output_bytes=int(cfg.max_output_bytes),
         gpus=int(cfg.gpus),
         max_file_mb=int(cfg.max_file_mb),
+        disk_quota_mb=int(cfg.disk_quota_mb),
+        max_files=int(cfg.max_files),
     )

@@ -1,10 +1,11 @@
-"""Host-side, cgroup-free enforcement: find an execution's processes, measure and kill them.
+"""Host-side, cgroup-free enforcement: find an execution's processes, their CPU time, kill them.
 
 Inside the sandbox the launcher sets rlimits (address space, process count, file size). What an
-rlimit cannot bound -- the memory of all processes together, leftover processes -- the host
-watches here by scanning ``/proc``: either every process of the execution's own uid (bwrap as root
-gives each execution a fresh uid) or every descendant of the execution's top process (other
-backends; inside a pid namespace orphans are re-parented to its init, so they stay descendants).
+rlimit cannot bound -- leftover processes, the memory of all processes together (``memory``), the
+disk they fill together (``disk``) -- the host watches, finding the execution's processes here by
+scanning ``/proc``: either every process of the execution's own uid (bwrap as root gives each
+execution a fresh uid) or every descendant of the execution's top process (other backends; inside
+a pid namespace orphans are re-parented to its init, so they stay descendants).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import signal
 import time
 from dataclasses import dataclass
 
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Execution uids are drawn from here: far above any real account and below 2**31.
 UID_LOW, UID_HIGH = 0x4000_0000, 0x7FFF_0000
@@ -73,54 +73,6 @@ def find_processes(sel: ProcSelector) -> list[int]:
     if sel.root is not None:
         return _descendants(sel.root)
     return []
-
-
-def resident_mb(pids: list[int]) -> float:
-    """Memory of ``pids`` together, in MB (processes that vanished meanwhile count 0).
-
-    Proportional set size (PSS) where the kernel offers it: pages shared between the processes, e.g.
-    copy-on-write pages after a fork, count once in the sum instead of once per process (summing RSS
-    would report a forked 300 MB process as 600 MB and kill it for memory it does not use).
-    """
-    total_kb = 0.0
-    for pid in pids:
-        try:
-            total_kb += _pss_kb(pid)
-        except (OSError, IndexError, ValueError):
-            continue
-    return total_kb / 1024
-
-
-def peak_process_mb(pids: list[int]) -> float:
-    """The largest high-water mark (VmHWM) among ``pids``: catches a spike between two samples.
-
-    VmHWM belongs to the process's address space since its last exec, unlike ``ru_maxrss``, which
-    Linux carries across fork and exec and so reports the supervisor's own size for a small child.
-    """
-    peak_kb = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"VmHWM:"):
-                        peak_kb = max(peak_kb, float(line.split()[1]))
-                        break
-        except (OSError, IndexError, ValueError):
-            continue
-    return peak_kb / 1024
-
-
-def _pss_kb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            for line in f:
-                if line.startswith(b"Pss:"):
-                    return float(line.split()[1])
-    except FileNotFoundError:
-        if not os.path.exists(f"/proc/{pid}"):
-            raise
-    with open(f"/proc/{pid}/statm", "rb") as f:  # kernels without smaps_rollup: RSS
-        return int(f.read().split()[1]) * PAGE_BYTES / 1024
 
 
 def cpu_seconds(pids: list[int]) -> float:

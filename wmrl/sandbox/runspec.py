@@ -55,8 +55,9 @@ class Scratch:
     root: Path
     inp: Path
     out: Path
-    home: Path  # HOME and TMPDIR of the subprocess backend (bwrap/apptainer use a tmpfs)
-    tmp: Path
+    home: Path  # HOME of the subprocess backend
+    tmp: Path  # TMPDIR of the subprocess backend; apptainer's --workdir (its /tmp, /var/tmp)
+    shm: Path  # apptainer's /dev/shm
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -66,9 +67,10 @@ def make_scratch(base_dir: str = "") -> Scratch:
     root = Path(tempfile.mkdtemp(prefix="wmrl-sbx-", dir=base_dir or None))
     os.chmod(root, 0o755)
     scratch = Scratch(
-        root=root, inp=root / "in", out=root / "out", home=root / "home", tmp=root / "tmp"
-    )
-    for d in (scratch.inp, scratch.out, scratch.home, scratch.tmp):
+        root=root, inp=root / "in", out=root / "out", home=root / "home", tmp=root / "tmp",
+        shm=root / "shm",
+    )  # fmt: skip
+    for d in (scratch.inp, scratch.out, scratch.home, scratch.tmp, scratch.shm):
         d.mkdir(mode=0o755)
     return scratch
 
@@ -93,7 +95,8 @@ def fill_scratch(
         "traceback_path": f"{mounts.scratch_out}/traceback.txt",
         "memory_mb": limits.memory_mb,
         "max_procs": limits.max_procs,
-        "max_file_mb": limits.max_file_mb,
+        # No single file larger than the whole quota, whenever the disk watchdog looks.
+        "max_file_mb": min(limits.max_file_mb, limits.disk_quota_mb),
         "started_fd": started_fd,
     }
     if uid is not None:
@@ -209,10 +212,8 @@ def to_result(
     """``started``: the launcher signalled that the sandbox came up (None: cannot tell)."""
     traceback = read_small(scratch.out / "traceback.txt", TRACEBACK_CAP) or None
     code = outcome.exit_code
-    if outcome.reason == "timeout":
-        status = "timeout"
-    elif outcome.reason == "memory":
-        status = "killed"
+    if outcome.reason in ("timeout", "memory", "disk_quota"):
+        status = outcome.reason
     elif code == 0:
         status = "ok"
     elif traceback is not None or (code is not None and 0 < code < 128):
@@ -227,6 +228,8 @@ def to_result(
     extra: dict = dict(outcome.extra)
     if outcome.reason != "exited":
         extra["kill_reason"] = outcome.reason
+    if outcome.detail:
+        extra["limit_detail"] = outcome.detail
     if why and why != "missing":
         extra["submission_rejected"] = why
     if outcome.survivors:

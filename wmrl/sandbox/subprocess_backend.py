@@ -70,7 +70,10 @@ class SubprocessBackend:
                 f"{mounts.scratch_in}/spec.json",
             ]
             selector = lambda pid: ProcSelector(root=pid)
-            outcome = supervise(argv, env, limits, selector, (pipe.write_fd,), cwd=work_dir)
+            outcome = supervise(
+                argv, env, limits, selector, (pipe.write_fd,), cwd=work_dir,
+                writable=(work_dir, scratch.out, scratch.home, scratch.tmp),
+            )  # fmt: skip
             return to_result(outcome, self.name, work_dir, scratch, pipe.started())
         finally:
             pipe.close()

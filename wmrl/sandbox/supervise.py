@@ -1,8 +1,10 @@
-"""Run one sandbox command under supervision: bounded output, wall-time and memory watchdog.
+"""Run one sandbox command under supervision: bounded output, wall-time, memory and disk watchdog.
 
-Shared by every backend: a backend builds the command line and the environment, this module
-starts it in its own session, keeps only the tail of its output, kills the whole execution on
-timeout or when its summed memory passes the limit, and makes sure nothing survives it.
+Shared by every backend: a backend builds the command line and the environment and names the host
+directories the execution can write; this module starts it in its own session, keeps only the
+tail of its output, kills the whole execution on timeout, when its memory (processes plus its tmpfs
+files) passes the limit or when what it wrote passes its disk quota, and makes sure nothing
+survives it.
 """
 
 from __future__ import annotations
@@ -14,20 +16,15 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from wmrl.sandbox.base import SandboxLimits
-from wmrl.sandbox.limits import (
-    ProcSelector,
-    cpu_seconds,
-    find_processes,
-    kill_all,
-    peak_process_mb,
-    resident_mb,
-)
+from wmrl.sandbox.disk import DiskWatch
+from wmrl.sandbox.limits import ProcSelector, cpu_seconds, find_processes, kill_all
+from wmrl.sandbox.memory import execution_memory, peak_process_mb
 
 POLL_S = 0.05  # how often the watchdog looks at the execution
 MEMORY_EVERY = 4  # ... and at its memory every this many polls
@@ -70,7 +67,7 @@ def _drain(stream: IO[bytes], buf: TailBuffer) -> None:
 class Outcome:
     """What the supervisor saw; a backend turns it into an ``ExecutionResult``."""
 
-    reason: str  # "exited", "timeout", "memory"
+    reason: str  # "exited", "timeout", "memory", "disk_quota"
     exit_code: int | None
     wall_seconds: float
     cpu_seconds: float
@@ -78,6 +75,7 @@ class Outcome:
     stdout: TailBuffer
     stderr: TailBuffer
     survivors: int = 0
+    detail: str = ""  # why a limit stopped it, in words for the agent's feedback
     extra: dict[str, float | int | str] = field(default_factory=dict)
 
 
@@ -88,12 +86,15 @@ def supervise(
     selector_for: Callable[[int], ProcSelector],
     pass_fds: tuple[int, ...] = (),
     cwd: Path | None = None,
+    writable: Sequence[Path] = (),
 ) -> Outcome:
     """Run ``argv`` to completion or until a limit trips; always leaves no process behind.
 
     ``selector_for(pid)`` says which host processes belong to the execution whose top process is
-    ``pid`` (its uid, or its session). ``pass_fds`` are inherited by the command.
+    ``pid`` (its uid, or its session). ``pass_fds`` are inherited by the command. ``writable``:
+    every host directory the execution can write, together under ``limits.disk_quota_mb``.
     """
+    disk = DiskWatch(writable, limits.disk_quota_mb, limits.max_files) if writable else None
     out, err = TailBuffer(limits.max_output_bytes), TailBuffer(limits.max_output_bytes)
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -115,8 +116,9 @@ def supervise(
     for t in readers:
         t.start()
 
-    reason, status, rusage = "exited", 0, None
-    peak_mb, cpu_seen, polls = 0.0, 0.0, 0
+    reason, status, rusage, detail = "exited", 0, None, ""
+    peak_mb, tmpfs_peak_mb, cpu_seen, polls = 0.0, 0.0, 0.0, 0
+    pids: list[int] = []
     deadline = start + limits.timeout_s
     while True:
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
@@ -127,11 +129,16 @@ def supervise(
             reason = "timeout"
         elif polls % MEMORY_EVERY == 0:
             pids = find_processes(selector)
-            used = resident_mb(pids)
-            peak_mb = max(peak_mb, used, peak_process_mb(pids))
+            used = execution_memory(pids)
+            peak_mb = max(peak_mb, used.total_mb, peak_process_mb(pids))
+            tmpfs_peak_mb = max(tmpfs_peak_mb, used.tmpfs_mb)
             cpu_seen = max(cpu_seen, cpu_seconds(pids))
-            if used > limits.memory_mb:
-                reason = "memory"
+            if used.total_mb > limits.memory_mb:
+                reason, detail = "memory", _memory_detail(used.total_mb, used.tmpfs_mb, limits)
+        if reason == "exited" and disk is not None and disk.due(now):
+            over = disk.check(pids)
+            if over:
+                reason, detail = "disk_quota", over
         if reason != "exited":
             _kill(proc.pid, selector)
             _, status, rusage = os.wait4(proc.pid, 0)
@@ -142,6 +149,11 @@ def supervise(
     proc.returncode = os.waitstatus_to_exitcode(status)
     # Whatever the solution left running (daemons, double forks) dies with it.
     survivors = kill_all(selector)
+    if reason == "exited" and disk is not None:
+        # Whatever it wrote between the last walk and its exit: over the quota is over the quota.
+        over = disk.check()
+        if over:
+            reason, detail = "disk_quota", over
     for t in readers:
         t.join(timeout=2.0)
     for stream in (proc.stdout, proc.stderr):
@@ -159,8 +171,25 @@ def supervise(
         stdout=out,
         stderr=err,
         survivors=survivors,
-        extra={"stdout_bytes": out.total, "stderr_bytes": err.total},
+        detail=detail,
+        extra=_extra(out, err, tmpfs_peak_mb, disk),
     )
+
+
+def _memory_detail(total_mb: float, tmpfs_mb: float, limits: SandboxLimits) -> str:
+    where = f" ({tmpfs_mb:.0f} MB of it files in /tmp or /dev/shm)" if tmpfs_mb >= 1 else ""
+    return f"it used {total_mb:.0f} MB of memory{where}, over its limit of {limits.memory_mb} MB"
+
+
+def _extra(
+    out: TailBuffer, err: TailBuffer, tmpfs_peak_mb: float, disk: DiskWatch | None
+) -> dict[str, float | int | str]:
+    extra: dict[str, float | int | str] = {"stdout_bytes": out.total, "stderr_bytes": err.total}
+    extra["tmpfs_peak_mb"] = round(tmpfs_peak_mb, 1)
+    if disk is not None:
+        extra["disk_peak_mb"] = round(disk.peak_bytes / 2**20, 1)
+        extra["disk_peak_files"] = disk.peak_files
+    return extra
 
 
 def _kill(pid: int, selector: ProcSelector) -> None:
