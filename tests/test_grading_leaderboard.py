@@ -40,9 +40,46 @@ def test_nan_score_gets_zero():
 
 def test_entries_are_sorted_regardless_of_file_order(tmp_path):
     path = tmp_path / "lb.csv"
-    pd.DataFrame({"score": [0.5, 0.9, None, 0.7]}).to_csv(path, index=False)
+    pd.DataFrame({"score": [0.5, 0.9, 0.7]}).to_csv(path, index=False)
+    assert read_leaderboard(path, "max").scores == (0.9, 0.7, 0.5)
+
+
+def test_an_empty_score_stays_in_n_and_is_never_tied(tmp_path):
+    # MLE-Dojo counts every row of the file; a disqualified team without a score is still a team.
+    path = tmp_path / "lb.csv"
+    path.write_text("rank,score\n1,0.9\n2,\n3,0.5\n")
     board = read_leaderboard(path, "max")
-    assert board.scores == (0.9, 0.7, 0.5)  # missing score (disqualified team) dropped
+    assert len(board) == 3 and board.scores == (0.9, 0.5)
+    assert board.position(0.4) == 4 and board.position_score(0.4) == 0.0
+    assert board.position_score(0.6) == pytest.approx(2 / 3)
+
+
+def test_a_non_numeric_score_is_an_error_naming_file_line_and_value(tmp_path):
+    path = tmp_path / "lb.csv"
+    path.write_text("rank,score\n1,0.9\n2,0.8\n3,n/a\n")
+    with pytest.raises(LeaderboardError, match=r"lb\.csv, line 4: score='n/a' is not a finite number"):
+        read_leaderboard(path, "max")
+
+
+def test_an_infinite_score_is_an_error(tmp_path):
+    path = tmp_path / "lb.csv"
+    path.write_text("rank,score\n1,inf\n")
+    with pytest.raises(LeaderboardError, match=r"line 2: score='inf'"):
+        read_leaderboard(path, "max")
+
+
+def test_header_only_board_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "lb.csv"
+    path.write_text("rank,score\n")
+    with pytest.raises(LeaderboardError, match=r"lb\.csv: column 'score' has no scores \(header only"):
+        read_leaderboard(path, "max")
+
+
+def test_git_lfs_pointer_gets_its_own_error(tmp_path):
+    path = tmp_path / "leaderboard.csv"
+    path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:1087afc6\nsize 67155\n")
+    with pytest.raises(LeaderboardError, match=r"leaderboard\.csv: is a Git LFS pointer.*git lfs pull"):
+        read_leaderboard(path, "max")
 
 
 def test_leaderboard_without_score_column_is_an_error_naming_the_file(tmp_path):
@@ -52,14 +89,26 @@ def test_leaderboard_without_score_column_is_an_error_naming_the_file(tmp_path):
         read_leaderboard(path, "max")
 
 
-def test_a_score_equal_to_an_entry_at_its_rounded_precision_ties_it():
-    # The entry was written rounded up to 6 digits; the re-computed score is the unrounded value.
-    board = Leaderboard.from_scores([0.9, 0.823457, 0.5], "max")
+def test_comparison_is_exact_without_a_tolerance():
+    # MLE-Dojo and MLE-bench: a log loss 1e-7 worse than the top entry is second, not first.
+    board = Leaderboard.from_scores([0.02467, 0.03, 0.5], "min")
+    assert board.position(0.02467) == 1
+    assert board.position(0.02467 * (1 + 1e-7)) == 2
+
+
+def test_a_tolerance_ties_a_score_equal_at_the_boards_rounded_precision():
+    # The built-in pool: the entry was written rounded up to 6 digits; the re-computed score is unrounded.
+    board = Leaderboard.from_scores([0.9, 0.823457, 0.5], "max", tie_tolerance=1e-6)
     assert board.position(0.8234567) == 2
     assert board.position(0.8234) == 3  # a real difference at that precision still loses
 
 
 def test_rounded_ties_respect_lower_is_better():
-    board = Leaderboard.from_scores([0.1, 0.223457, 0.5], "min")
+    board = Leaderboard.from_scores([0.1, 0.223457, 0.5], "min", tie_tolerance=1e-6)
     assert board.position(0.2234574) == 2
     assert board.position(0.2235) == 3
+
+
+def test_a_negative_tolerance_is_refused():
+    with pytest.raises(LeaderboardError, match="tie_tolerance"):
+        Leaderboard.from_scores([0.5], "max", tie_tolerance=-1.0)

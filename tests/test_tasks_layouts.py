@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from wmrl.grading.grader import grade_submission
-from wmrl.tasks.layouts import load_task, metric_from_description
+from wmrl.tasks.layouts import LoadOptions, load_task
 from wmrl.tasks.pool import find_task, load_pool
 from wmrl.tasks.task import TaskError
 from wmrl.tasks.testing import (
@@ -46,27 +46,28 @@ def test_mlebench_config_may_live_in_a_separate_competitions_dir(tmp_path):
     registry.mkdir(parents=True)
     for name in ("config.yaml", "leaderboard.csv"):
         shutil.move(comp / name, registry / name)
-    task = load_task(comp, competitions_dir=tmp_path / "registry")
+    task = load_task(comp, LoadOptions(competitions_dir=tmp_path / "registry"))
     assert task.metric_name == "accuracy" and len(task.leaderboard) == 5
 
 
-def test_mledojo_layout_reads_metric_from_description_and_direction_from_ranks(tmp_path):
-    description = "# Tiny\n\n## Evaluation\n\nSubmissions are evaluated on Root Mean Squared Error.\n"
-    task = load_task(make_mledojo_task(tmp_path, scores=(0.1, 0.2, 0.4), description=description))
+def test_mledojo_layout_takes_direction_from_metric_py_and_metric_from_the_confirmation(tmp_path):
+    task = load_task(make_mledojo_task(tmp_path, scores=(0.1, 0.2, 0.4), metric="rmse", higher_is_better=False))
     assert task.layout == "mledojo" and task.metric_name == "rmse" and task.direction == "min"
     assert task.answers_path.name == "test_answer.csv"
 
 
-def test_mledojo_override_file_sets_metric(tmp_path):
-    comp = make_mledojo_task(tmp_path, description="no metric named here")
-    (comp / "wmrl_task.yaml").write_text("metric: accuracy\ndirection: max\nsplit: heldout\n")
+def test_mledojo_override_file_sets_split(tmp_path):
+    comp = make_mledojo_task(tmp_path)
+    (comp / "wmrl_task.yaml").write_text("metric: accuracy\nsplit: heldout\n")
     task = load_task(comp)
     assert (task.metric_name, task.direction, task.split) == ("accuracy", "max", "heldout")
 
 
-def test_metric_from_description_prefers_the_evaluation_section():
-    text = "We once used accuracy.\n## Evaluation\nThe metric is the area under the ROC curve."
-    assert metric_from_description(text) == "roc_auc"
+def test_mledojo_metric_is_never_guessed_from_the_description(tmp_path):
+    comp = make_mledojo_task(tmp_path, metric=None)
+    (comp / "data" / "public" / "description.txt").write_text("## Evaluation\nSubmissions are scored by accuracy.\n")
+    with pytest.raises(TaskError, match=r"utils/metric\.py: unknown metric: class TinyParityMetrics"):
+        load_task(comp)
 
 
 def test_pool_mixes_layouts_and_filters_by_split(tmp_path):
@@ -113,7 +114,7 @@ def _break(task_dir, relative, content=None):
         ("private/answers.csv", "id,z\n100,1\n", r"answers\.csv: answers lack column\(s\) \['y'\]"),
         ("private/leaderboard.csv", None, r"leaderboard file not found: .*leaderboard\.csv"),
         ("private/leaderboard.csv", "rank,points\n1,2\n", r"leaderboard\.csv: no 'score' column"),
-        ("private/leaderboard.csv", "rank,score\n1,abc\n", r"leaderboard\.csv: column 'score' has no numeric"),
+        ("private/leaderboard.csv", "rank,score\n1,abc\n", r"leaderboard\.csv, line 2: score='abc' is not a finite"),
         ("private", None, r"missing private directory"),
         ("public", None, r"missing public directory"),
     ],
@@ -131,8 +132,8 @@ def test_broken_wmrl_task_error_names_the_file(tmp_path, relative, content, mess
         ("config.yaml", None, r"missing MLE-bench config\.yaml"),
         ("config.yaml", "id: x\n", r"config\.yaml: missing 'grader\.name'"),
         ("config.yaml", "grader: [1, 2\n", r"config\.yaml: malformed file"),
-        ("config.yaml", "grader:\n  name: bleu\n", r"config\.yaml: unknown metric 'bleu'"),
-        ("config.yaml", "grader:\n  name: accuracy\ndataset:\n  answers: x/y.csv\n", r"dataset\.answers names 'x/y\.csv'"),
+        ("config.yaml", "grader:\n  name: bleu\n", r"config\.yaml: unknown metric: grader\.name='bleu'"),
+        ("config.yaml", "grader:\n  name: accuracy\ndataset:\n  answers: x/y.csv\n", r"dataset\.answers='x/y\.csv'"),
         ("leaderboard.csv", None, r"missing MLE-bench leaderboard\.csv"),
         ("prepared/private", None, r"missing MLE-bench private directory"),
     ],
@@ -148,8 +149,7 @@ def test_broken_mlebench_task_error_names_the_file(tmp_path, relative, content, 
     "relative,content,message",
     [
         ("data/private/test_answer.csv", None, r"missing MLE-Dojo answers file: .*test_answer\.csv"),
-        ("private_leaderboard.csv", None, r"missing MLE-Dojo leaderboard"),
-        ("data/public/description.txt", "nothing useful", r"description\.txt: cannot tell the metric.*wmrl_task\.yaml"),
+        ("data/private/private_leaderboard.csv", None, r"missing MLE-Dojo leaderboard"),
         ("data/private", None, r"missing MLE-Dojo private directory"),
     ],
 )

@@ -14,28 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wmrl.cli.args import IntermixedParser
 from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config, to_flat_dict
 from wmrl.simulate.scenarios import SCENARIOS, get_scenario
 
 
-class _IntermixedParser(argparse.ArgumentParser):
-    """Lets ``key=value`` overrides come after options too (``--seeds 5 simulator.phi=bump``)."""
-
-    _inside = False
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if self._inside:  # parse_known_intermixed_args calls back into parse_known_args
-            return super().parse_known_args(args, namespace)
-        self._inside = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._inside = False
-
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("simulate", help="synthetic WMRL testbed: variants x seeds, table and plots")
-    p.__class__ = _IntermixedParser  # the dispatcher builds plain parsers; this one takes overrides anywhere
+    p.__class__ = IntermixedParser  # the dispatcher builds plain parsers; this one takes overrides anywhere
     p.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config, then overrides")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all 7)")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")

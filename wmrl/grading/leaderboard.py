@@ -4,23 +4,29 @@
 or beats; a score that beats nobody gets ``N + 1``. The position score is ``(N - position + 1) / N``
 in ``[0, 1]``: 1 for tying or beating the winner, 0 for losing to everyone.
 
-Leaderboards store rounded scores (Kaggle shows 5-6 digits; our builder writes 6), so "ties" means
-equal at that precision: a score within ``TIE_TOLERANCE`` (relative, at least absolute) of an entry
-ties it. Without this, re-running a reference solution would land one place below its own entry
-whenever rounding went up.
+Ties are exact comparisons (MLE-Dojo's and MLE-bench's rule) unless a board is read with a
+``tie_tolerance``: then a score within that relative distance (at least absolute) of an entry ties
+it. The built-in pool turns it on (1e-6) because its boards store scores rounded to 6 decimals:
+without it, re-running a reference would land one place below its own entry whenever rounding
+went up.
+
+Rows without a score (a disqualified team) stay in ``N`` and are never tied or beaten, as in
+MLE-Dojo, which counts every row of the file. A score that is present but not a number is an
+error naming the file, line and value: a silently shorter board would inflate every position score.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from wmrl.grading.metrics import DIRECTIONS, MAXIMIZE
 
-TIE_TOLERANCE = 1e-6
+BUILTIN_TIE_TOLERANCE = 1e-6  # the built-in pool's boards are rounded to 6 decimals
+SCORE_COLUMNS = ("score", "scoreNullable", "Score")  # MLE-bench's rank_score reads "score" first
+LFS_POINTER_PREFIX = "version https://git-lfs.github.com/spec/"
 
 
 class LeaderboardError(ValueError):
@@ -29,55 +35,97 @@ class LeaderboardError(ValueError):
 
 @dataclass(frozen=True)
 class Leaderboard:
-    scores: tuple[float, ...]  # best first
+    scores: tuple[float, ...]  # numeric entries, best first
     direction: str
+    tie_tolerance: float = 0.0  # relative; 0 = exact comparison
+    empty: int = 0  # rows without a score: counted in N, never tied or beaten
+    file_scores: tuple[float, ...] = ()  # every row in file order (NaN where empty); MLE-bench's medals use it
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise LeaderboardError(f"direction={self.direction!r}; allowed: {', '.join(DIRECTIONS)}")
         if not self.scores:
             raise LeaderboardError("leaderboard has no entries")
+        if not (self.tie_tolerance >= 0 and math.isfinite(self.tie_tolerance)):
+            raise LeaderboardError(f"tie_tolerance={self.tie_tolerance!r}; must be a finite number >= 0")
 
     @classmethod
-    def from_scores(cls, scores: list[float], direction: str) -> Leaderboard:
-        clean = [float(s) for s in scores if s is not None and math.isfinite(float(s))]
-        return cls(tuple(sorted(clean, reverse=direction == MAXIMIZE)), direction)
+    def from_scores(cls, scores: list[float], direction: str, tie_tolerance: float = 0.0) -> Leaderboard:
+        """A board from a list of scores; missing (None/NaN) ones count in N as empty rows."""
+        values = [math.nan if s is None else float(s) for s in scores]
+        clean = [v for v in values if not math.isnan(v)]
+        return cls(tuple(sorted(clean, reverse=direction == MAXIMIZE)), direction, tie_tolerance,
+                   empty=len(values) - len(clean), file_scores=tuple(values))
 
     def __len__(self) -> int:
-        return len(self.scores)
+        return len(self.scores) + self.empty
 
     def position(self, score: float) -> int:
         for index, entry in enumerate(self.scores, start=1):
-            slack = TIE_TOLERANCE * max(1.0, abs(entry))
+            slack = self.tie_tolerance * max(1.0, abs(entry))
             ties_or_beats = score >= entry - slack if self.direction == MAXIMIZE else score <= entry + slack
             if ties_or_beats:
                 return index
-        return len(self.scores) + 1
+        return len(self) + 1
 
     def position_score(self, score: float) -> float:
         if not math.isfinite(score):
             return 0.0
-        n = len(self.scores)
+        n = len(self)
         return (n - self.position(score) + 1) / n
 
 
-def read_leaderboard(path: Path, direction: str) -> Leaderboard:
-    """Read a leaderboard CSV with a ``score`` column (MLE-bench also calls it ``scoreNullable``).
+def is_lfs_pointer(path: Path) -> bool:
+    """True for a Git LFS pointer file (a clone made without git-lfs holds these instead of data)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(LFS_POINTER_PREFIX)).decode("ascii", "replace") == LFS_POINTER_PREFIX
+    except OSError:
+        return False
 
-    Entries with a missing score (MLE-bench keeps disqualified teams) are dropped. Order in the file
-    does not matter: entries are re-sorted by ``direction``.
+
+def read_leaderboard(path: Path, direction: str, tie_tolerance: float = 0.0) -> Leaderboard:
+    """Read a leaderboard CSV with a ``score`` column (MLE-bench also has ``scoreNullable``).
+
+    Order in the file does not matter for positions (entries are re-sorted by ``direction``); it is
+    kept in ``file_scores`` for MLE-bench's medal thresholds, which read the board as ranked.
     """
     path = Path(path)
     if not path.is_file():
         raise LeaderboardError(f"leaderboard file not found: {path}")
+    if is_lfs_pointer(path):
+        raise LeaderboardError(
+            f"{path}: is a Git LFS pointer, not the leaderboard (the repository was cloned without git-lfs); "
+            "run `git lfs install && git lfs pull` in that clone, then retry"
+        )
     try:
-        frame = pd.read_csv(path)
-    except Exception as err:  # pandas raises many types for malformed CSV
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise LeaderboardError(f"{path}: not a readable CSV: {err}") from err
-    column = next((c for c in ("score", "scoreNullable", "Score") if c in frame.columns), None)
+    if not rows:
+        raise LeaderboardError(f"{path}: empty file; a leaderboard needs a header with a 'score' column and rows")
+    header = [h.strip() for h in rows[0]]
+    column = next((c for c in SCORE_COLUMNS if c in header), None)
     if column is None:
-        raise LeaderboardError(f"{path}: no 'score' column; columns are {list(frame.columns)}")
-    values = pd.to_numeric(frame[column], errors="coerce").dropna().tolist()
-    if not values:
-        raise LeaderboardError(f"{path}: column '{column}' has no numeric scores")
-    return Leaderboard.from_scores(values, direction)
+        raise LeaderboardError(f"{path}: no 'score' column; columns are {header}")
+    index = header.index(column)
+    scores: list[float] = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue  # blank line (e.g. a trailing newline), not a team
+        text = row[index].strip() if index < len(row) else ""
+        if not text:
+            scores.append(math.nan)
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise LeaderboardError(f"{path}, line {line}: {column}={text!r} is not a finite number; fix or delete the row")
+        scores.append(value)
+    if not any(math.isfinite(s) for s in scores):
+        raise LeaderboardError(f"{path}: column '{column}' has no scores (header only, or every row empty); "
+                               "a leaderboard needs at least one scored row")
+    return Leaderboard.from_scores(scores, direction, tie_tolerance)

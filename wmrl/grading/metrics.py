@@ -2,7 +2,11 @@
 
 Every metric takes ``(y_true, y_pred)`` as 2-D arrays ``[n_rows, n_target_columns]`` aligned by id
 (see :mod:`wmrl.grading.validate`). Label metrics compare normalised label strings; score metrics
-compare floats. Names used by MLE-bench graders and MLE-Dojo descriptions map here via ``ALIASES``.
+compare floats. ``ALIASES`` maps MLE-bench grader names; MLE-Dojo and MLE-bench competitions are
+mapped by ``wmrl/tasks/registry/*.yaml`` (see docs/tasks.md). The three log losses differ only in
+how they treat probability rows: ``log_loss`` renormalises them (Kaggle's rule; the built-in pool),
+``log_loss_raw`` takes them as given (MLE-Dojo), ``log_loss_sklearn`` is scikit-learn's (MLE-bench,
+which first refuses rows that do not sum to one).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.metrics import f1_score, roc_auc_score
+from sklearn.metrics import cohen_kappa_score, f1_score, log_loss, roc_auc_score
 
 MAXIMIZE = "max"
 MINIMIZE = "min"
@@ -57,6 +61,28 @@ def _log_loss(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float(-np.mean(np.sum(yt * np.log(yp), axis=1)))
 
 
+def _log_loss_raw(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """MLE-Dojo's: clip to [1e-15, 1 - 1e-15] and take the rows as given (no renormalisation)."""
+    yt, yp = y_true.astype(float), np.clip(y_pred.astype(float), _EPS, 1 - _EPS)
+    if yt.shape[1] == 1:
+        return float(-np.mean(yt * np.log(yp) + (1 - yt) * np.log(1 - yp)))
+    return float(-np.mean(np.sum(yt * np.log(yp), axis=1)))
+
+
+def _log_loss_sklearn(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """MLE-bench's: scikit-learn's ``log_loss`` (rows must already sum to one: see GradingRules)."""
+    yt, yp = y_true.astype(float), y_pred.astype(float)
+    if yt.shape[1] == 1:
+        return float(log_loss(yt[:, 0], yp[:, 0], labels=[0.0, 1.0]))
+    return float(log_loss(yt, yp))
+
+
+def _qwk(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    # Labels are normalised strings; the weights need the ordinal values back.
+    return float(cohen_kappa_score(y_true[:, 0].astype(float).astype(int), y_pred[:, 0].astype(float).astype(int),
+                                   weights="quadratic"))
+
+
 def _rmse(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float(np.sqrt(np.mean((y_true.astype(float) - y_pred.astype(float)) ** 2)))
 
@@ -66,8 +92,10 @@ def _mae(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 def _rmsle(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    yt = np.log1p(np.clip(y_true.astype(float), 0, None))
-    yp = np.log1p(np.clip(y_pred.astype(float), 0, None))
+    yt, yp = y_true.astype(float), y_pred.astype(float)
+    if (yp < 0).any():  # scikit-learn and Kaggle refuse negative predictions; clipping would hide them
+        raise ValueError("RMSLE is undefined for negative predictions")
+    yt, yp = np.log1p(yt), np.log1p(yp)
     return float(np.sqrt(np.mean((yt - yp) ** 2)))
 
 
@@ -85,6 +113,9 @@ METRICS: dict[str, Metric] = {
         Metric("macro_f1", MAXIMIZE, "label", _macro_f1),
         Metric("roc_auc", MAXIMIZE, "score", _roc_auc),
         Metric("log_loss", MINIMIZE, "score", _log_loss),
+        Metric("log_loss_raw", MINIMIZE, "score", _log_loss_raw),
+        Metric("log_loss_sklearn", MINIMIZE, "score", _log_loss_sklearn),
+        Metric("qwk", MAXIMIZE, "label", _qwk),
         Metric("rmse", MINIMIZE, "score", _rmse),
         Metric("mae", MINIMIZE, "score", _mae),
         Metric("rmsle", MINIMIZE, "score", _rmsle),
@@ -112,6 +143,7 @@ ALIASES: dict[str, str] = {
     "mean-absolute-error": "mae",
     "root-mean-squared-log-error": "rmsle",
     "r-squared": "r2",
+    "quadratic-weighted-kappa": "qwk",
 }
 
 

@@ -134,3 +134,15 @@ def answers_matrix(answers: pd.DataFrame, target_columns: tuple[str, ...], metri
     if metric.kind == "label":
         return np.column_stack([normalise_labels(answers[c]) for c in target_columns]).astype(object)
     return answers[list(target_columns)].to_numpy(float)
+
+
+def check_probability_rows(y_pred: np.ndarray, atol: float) -> str:
+    """MLE-bench's rule for probability submissions: every value in [0, 1], every row sums to one
+    within ``atol``. Returns the reason a submission breaks it, or ``""``."""
+    values = np.asarray(y_pred, dtype=float)
+    if ((values < 0) | (values > 1)).any():
+        return "all probabilities must lie between 0 and 1"
+    if values.shape[1] > 1 and not np.isclose(values.sum(axis=1), 1.0, atol=atol).all():
+        row = int(np.argmax(~np.isclose(values.sum(axis=1), 1.0, atol=atol)))
+        return f"each row's probabilities must sum to one (within {atol:g}); row {row + 1} sums to {values[row].sum():.6g}"
+    return ""

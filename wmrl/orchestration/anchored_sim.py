@@ -61,11 +61,11 @@ def spread(items: list, k: int) -> list:
 def load_candidates(cfg: WMRLConfig) -> CandidateTable:
     """The first ``simulator.tasks`` tasks of ``tasks.split`` that have >= 2 reference solutions
     (the built-in pool is built on first use when ``tasks.root`` is empty)."""
+    from wmrl.tasks.layouts import LoadOptions
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 
     root = Path(cfg.tasks.root).expanduser() if cfg.tasks.root else ensure_builtin_pool(None, progress=False)
-    competitions = Path(cfg.tasks.competitions_dir) if cfg.tasks.competitions_dir else None
-    tasks = [t for t in load_pool(root, cfg.tasks.split, competitions) if len(t.reference_solutions()) >= 2]
+    tasks = [t for t in load_pool(root, cfg.tasks.split, LoadOptions.from_config(cfg.tasks)) if len(t.reference_solutions()) >= 2]
     tasks = tasks[: cfg.simulator.tasks]
     if not tasks:
         raise ValueError(f"no task with >= 2 reference solutions in the pool at {root} (tasks.split={cfg.tasks.split})")

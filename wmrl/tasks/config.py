@@ -14,9 +14,13 @@ class TasksConfig:
     root: str = ""
     # Which tasks a run samples from: the training pool, the held-out pool, or both.
     split: str = "train"
-    # MLE-bench keeps config.yaml/leaderboard.csv in its repository (mlebench/competitions/);
-    # point here when they are not inside each competition directory.
+    # MLE-bench keeps config.yaml/leaderboard.csv in its repository (mlebench/competitions/), MLE-Dojo
+    # its utils/metric.py and info/ (mledojo/competitions/); point here when they are not inside each
+    # competition directory.
     competitions_dir: str = ""
+    # MLE-Dojo's reward is the mean of the private and public position scores ("mean");
+    # "private" uses the private board only.
+    mledojo_boards: str = "mean"
     # Submissions larger than this are invalid without being read (adversarial output).
     max_submission_mb: float = 64.0
 
@@ -24,4 +28,5 @@ class TasksConfig:
         from wmrl.config import check_choice, check_range
 
         check_choice(f"{prefix}.split", self.split, SPLITS)
+        check_choice(f"{prefix}.mledojo_boards", self.mledojo_boards, ("mean", "private"))
         check_range(f"{prefix}.max_submission_mb", self.max_submission_mb, 0.0, low_open=True)

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from wmrl.tasks.layouts import detect_layout, load_task
+from wmrl.tasks.layouts import LoadOptions, detect_layout, load_task
 from wmrl.tasks.task import SPLITS, Task, TaskError
 
 ENV_VAR = "WMRL_TASKS_DIR"
@@ -24,38 +24,65 @@ def default_pool_root(configured: str | Path | None = None) -> Path:
     return Path.home() / ".cache" / "wmrl" / "tasks" / BUILTIN_VERSION
 
 
-def load_pool(root: Path, split: str | None = None, competitions_dir: Path | None = None) -> list[Task]:
-    """Every task below ``root`` (sorted by id), optionally only those of ``split``."""
+def _task_dirs(root: Path) -> list[Path]:
+    return [child for child in sorted(root.iterdir())
+            if child.is_dir() and not child.name.startswith(".") and detect_layout(child) is not None]
+
+
+def scan_pool(root: Path, split: str | None = None, options: LoadOptions | Path | str | None = None,
+              ) -> tuple[list[Task], list[tuple[Path, str]]]:
+    """Every task below ``root`` that loads (sorted by id), and ``(directory, error)`` for each that
+    does not: one broken competition must not hide the others (``wmrl tasks list`` shows both)."""
     root = Path(root)
     if split not in (None, "all", *SPLITS):
         raise TaskError(f"split={split!r}; allowed: all, {', '.join(SPLITS)}")
     if not root.is_dir():
         raise TaskError(f"task pool not found: {root} (build the built-in one with `wmrl tasks build --root {root}`)")
-    tasks = [
-        load_task(child, competitions_dir)
-        for child in sorted(root.iterdir())
-        if child.is_dir() and not child.name.startswith(".") and detect_layout(child) is not None
-    ]
-    if not tasks:
+    opts = LoadOptions.coerce(options)
+    tasks: list[Task] = []
+    broken: list[tuple[Path, str]] = []
+    dirs = _task_dirs(root)
+    if not dirs:
         raise TaskError(f"{root}: holds no task directories (wmrl, MLE-bench or MLE-Dojo layout)")
+    for child in dirs:
+        try:
+            tasks.append(load_task(child, opts))
+        except TaskError as err:
+            broken.append((child, str(err)))
     if split not in (None, "all"):
         tasks = [t for t in tasks if t.split == split]
-    return sorted(tasks, key=lambda t: t.task_id)
+    return sorted(tasks, key=lambda t: t.task_id), broken
 
 
-def find_task(root: Path, task_id: str) -> Task:
+def load_pool(root: Path, split: str | None = None, options: LoadOptions | Path | str | None = None) -> list[Task]:
+    """Every task below ``root`` (sorted by id), optionally only those of ``split``.
+
+    Training needs the whole pool it was configured with, so a broken task is an error here (the
+    first one, naming its file); ``scan_pool`` reports and skips instead.
+    """
+    tasks, broken = scan_pool(root, split, options)
+    if broken:
+        more = f" (and {len(broken) - 1} more broken task(s); `wmrl tasks list` shows all)" if len(broken) > 1 else ""
+        raise TaskError(broken[0][1] + more)
+    return tasks
+
+
+def find_task(root: Path, task_id: str, options: LoadOptions | Path | str | None = None) -> Task:
     """The task called ``task_id`` in the pool at ``root``; a path to a task directory also works."""
+    opts = LoadOptions.coerce(options)
     candidate = Path(task_id)
     if candidate.is_dir() and detect_layout(candidate) is not None:
-        return load_task(candidate)
+        return load_task(candidate, opts)
     direct = Path(root) / task_id
     if direct.is_dir() and detect_layout(direct) is not None:
-        return load_task(direct)
-    tasks = load_pool(root)
+        return load_task(direct, opts)
+    tasks, broken = scan_pool(root, None, opts)
     for task in tasks:
         if task.task_id == task_id:
             return task
-    raise TaskError(f"no task {task_id!r} in {root}; tasks: {', '.join(t.task_id for t in tasks)}")
+    names = ", ".join(t.task_id for t in tasks)
+    skipped = f"; {len(broken)} broken task(s) skipped (see `wmrl tasks list`)" if broken else ""
+    raise TaskError(f"no task {task_id!r} in {root}; tasks: {names}{skipped}")
 
 
 def _pool_complete(root: Path) -> bool:

@@ -8,7 +8,7 @@ elsewhere (``private_dir`` and the task's metadata), never below ``public_dir``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -16,6 +16,7 @@ import pandas as pd
 
 from wmrl.grading.leaderboard import Leaderboard, LeaderboardError, read_leaderboard
 from wmrl.grading.metrics import Metric, get_metric
+from wmrl.grading.rules import GradingRules
 
 CATEGORIES = ("tabular", "image", "text", "other")
 SPLITS = ("train", "heldout")
@@ -60,17 +61,34 @@ class Task:
     category: str = "other"
     split: str = "train"
     reference_dir: Path | None = None
+    public_leaderboard_path: Path | None = None  # MLE-Dojo's second board
+    rules: GradingRules = field(default_factory=GradingRules)
 
     @property
     def metric(self) -> Metric:
         return get_metric(self.metric_name)
 
-    @cached_property
-    def leaderboard(self) -> Leaderboard:
+    def _read_board(self, path: Path) -> Leaderboard:
         try:
-            return read_leaderboard(self.leaderboard_path, self.direction)
+            return read_leaderboard(path, self.direction, self.rules.tie_tolerance)
         except LeaderboardError as err:
             raise TaskError(f"task {self.task_id}: {err}") from err
+
+    @cached_property
+    def leaderboard(self) -> Leaderboard:
+        """The private board: positions, medals and ``wmrl tasks show`` use it."""
+        return self._read_board(self.leaderboard_path)
+
+    @cached_property
+    def public_leaderboard(self) -> Leaderboard | None:
+        return self._read_board(self.public_leaderboard_path) if self.public_leaderboard_path else None
+
+    def leaderboards(self) -> dict[str, Leaderboard]:
+        """The boards the reward averages: the private one, plus the public one under ``boards: mean``."""
+        boards = {"private": self.leaderboard}
+        if self.rules.boards == "mean" and self.public_leaderboard is not None:
+            boards["public"] = self.public_leaderboard
+        return boards
 
     def answers(self) -> pd.DataFrame:
         try:

@@ -61,11 +61,46 @@ def make_mlebench_task(root: Path, scores: tuple[float, ...] = (1.0, 0.9, 0.7, 0
     return task
 
 
+METRIC_STUB = """from mledojo.metrics.base import CompetitionMetrics
+
+
+class {cls}(CompetitionMetrics):
+    \"\"\"Stand-in written by wmrl's tests: the class name and defaults of an MLE-Dojo metric.py, not its code.\"\"\"
+
+    def __init__(self, value: str = "{value}", higher_is_better: bool = {higher}):
+        super().__init__(higher_is_better)
+        self.value = value
+
+    def evaluate(self, y_true, y_pred):
+        raise NotImplementedError("wmrl reads this file, never runs it")
+"""
+
+
+def write_metric_stub(path: Path, class_name: str, value: str, higher_is_better: bool) -> Path:
+    """An MLE-Dojo ``utils/metric.py`` with the given class name and ``__init__`` defaults."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(METRIC_STUB.format(cls=class_name, value=value, higher=higher_is_better))
+    return path
+
+
 def make_mledojo_task(root: Path, scores: tuple[float, ...] = (1.0, 0.9, 0.7, 0.5, 0.3), name: str = "tiny-parity",
-                      description: str = DESCRIPTION) -> Path:
+                      public_scores: tuple[float, ...] | None = None, metric: str | None = "accuracy",
+                      higher_is_better: bool = True) -> Path:
+    """MLE-Dojo's layout as ``prepare/mle.py`` writes it, plus ``utils/metric.py`` as in its repository.
+
+    The stub metric class is not in wmrl's registry, so ``metric`` (if given) is confirmed in
+    ``wmrl_task.yaml``, the documented way to grade a competition wmrl does not know.
+    """
     task = Path(root) / name
-    _public(task / "data" / "public")
-    (task / "data" / "public" / "description.txt").write_text(description)
-    _answers(task / "data" / "private" / "test_answer.csv")
-    pd.DataFrame({"rank": range(1, len(scores) + 1), "score": scores}).to_csv(task / "private_leaderboard.csv", index=False)
+    public, private = task / "data" / "public", task / "data" / "private"
+    _public(public)
+    (public / "description.txt").write_text(DESCRIPTION)
+    _answers(private / "test_answer.csv")
+    for board, values in (("private", scores), ("public", public_scores)):
+        if values is not None:
+            pd.DataFrame({"rank": range(1, len(values) + 1), "score": values}).to_csv(
+                private / f"{board}_leaderboard.csv", index=False)
+    write_metric_stub(task / "utils" / "metric.py", "TinyParityMetrics", "y", higher_is_better)
+    if metric is not None:
+        (task / "wmrl_task.yaml").write_text(f"metric: {metric}\n")
     return task

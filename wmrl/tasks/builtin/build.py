@@ -20,7 +20,7 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from wmrl.grading.leaderboard import Leaderboard
+from wmrl.grading.leaderboard import BUILTIN_TIE_TOLERANCE, Leaderboard
 from wmrl.grading.metrics import MAXIMIZE, get_metric
 from wmrl.grading.validate import answers_matrix, validate_submission
 from wmrl.tasks.builtin.refcode import make_code
@@ -103,9 +103,9 @@ def write_leaderboard(path: Path, entries: list[tuple[float, str]], direction: s
     frame = pd.DataFrame({"rank": range(1, len(ordered) + 1), "score": [round(s, 6) for s, _ in ordered],
                           "source": [src for _, src in ordered]})
     # Scores keep all 6 decimals (not 6 significant digits): an entry equals its reference's raw
-    # score, so re-running that reference ties its own entry (leaderboard.TIE_TOLERANCE).
+    # score, so re-running that reference ties its own entry (BUILTIN_TIE_TOLERANCE).
     _write_csv(path, frame, float_format=None)
-    return Leaderboard.from_scores(frame["score"].tolist(), direction)
+    return Leaderboard.from_scores(frame["score"].tolist(), direction, BUILTIN_TIE_TOLERANCE)
 
 
 def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
