@@ -1,5 +1,5 @@
 """Shared helpers of the launch/coordinator tests: a small, fast run of the anchored simulator whose
-candidates are tiny Python scripts (``make_dry_trainer`` + ``python_work``): real workers, real
+candidates are tiny Python scripts (``trainer=dry`` + ``python_work``): real workers, real
 processes, real files, scores known exactly so that runs are deterministic."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from wmrl.io import read_json
 from wmrl.orchestration.coordinator import read_events
 from wmrl.orchestration.rundir import RunDir, create_run_dir
 
-DRY_TRAINER = "wmrl.orchestration.anchored_sim:make_dry_trainer"
 REPO = Path(__file__).resolve().parents[1]
 
 DRY = [
-    "launch.work=wmrl.orchestration.work:python_work",
+    "trainer=dry", "launch.work=wmrl.orchestration.work:python_work",
     "simulator.tasks=3", "simulator.candidates=4",
     "algorithm.groups_per_step=4", "algorithm.group_size=3", "algorithm.anchor_frac=0.25",
     "algorithm.min_pairs=6", "algorithm.refit_every=3", "algorithm.eta_window=6",
@@ -66,11 +65,11 @@ def events(run: RunDir, name: str) -> list[dict]:
     return [e for e in read_events(run) if e["event"] == name]
 
 
-def spawn_coordinator(run: RunDir, trainer: str = DRY_TRAINER) -> subprocess.Popen:
+def spawn_coordinator(run: RunDir) -> subprocess.Popen:
     """A coordinator in its own process (to signal or kill it like Slurm would)."""
     code = ("import sys; from wmrl.orchestration.coordinator import Coordinator; "
-            "Coordinator(sys.argv[1], sys.argv[2])()")
-    return subprocess.Popen([sys.executable, "-c", code, str(run.path), trainer], cwd=REPO,
+            "Coordinator(sys.argv[1])()")
+    return subprocess.Popen([sys.executable, "-c", code, str(run.path)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=open(run.logs / "spawned.stderr", "ab"),
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -113,5 +112,5 @@ def uninterrupted_digest(root: Path, cfg: WMRLConfig) -> str:
     ref = _load(None, [f"run_name={cfg.run_name}-reference", f"runs_root={root / 'reference'}",
                        f"simulator.steps={cfg.simulator.steps}", *DRY])
     run = make_run(ref)
-    Coordinator(str(run.path), DRY_TRAINER)()
+    Coordinator(str(run.path))()
     return final_digest(run)

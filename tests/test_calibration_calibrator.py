@@ -147,6 +147,23 @@ def test_calibrate_rejects_bad_scores() -> None:
         Calibrator(cfg()).calibrate([0.2, float("nan")])
 
 
+def test_calibrate_is_pure_and_leaves_the_audit_unchanged() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(15))
+    before = json.dumps(cal.audit().to_dict(), default=str)
+    first = cal.calibrate(np.full(500, 0.97))
+    assert cal.calibrate(np.full(500, 0.97)).tobytes() == first.tobytes()
+    assert json.dumps(cal.audit().to_dict(), default=str) == before
+
+
+def test_recorded_chased_scores_reach_the_coverage_audit() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(15))
+    before = json.dumps(cal.audit().to_dict(), default=str)
+    cal.record_chased(np.full(500, 0.97))
+    assert json.dumps(cal.audit().to_dict(), default=str) != before
+
+
 def test_save_needs_a_directory() -> None:
     with pytest.raises(ValueError, match="in-memory"):
         Calibrator(cfg()).save()
@@ -155,8 +172,8 @@ def test_save_needs_a_directory() -> None:
 def test_reloaded_calibrator_is_bit_identical(tmp_path: Path) -> None:
     cal = Calibrator(cfg(), tmp_path)
     run(cal, range(15))
-    cal.calibrate(np.linspace(0.3, 0.9, 50))
-    cal.save()  # calibrate() does not persist; the scores it saw feed the coverage audit
+    cal.record_chased(np.linspace(0.3, 0.9, 50))
+    cal.save()  # record_chased() does not persist; the scores it saw feed the coverage audit
     loaded = Calibrator.load(cfg(), tmp_path)
     assert cal.calibrate(GRID).tobytes() == loaded.calibrate(GRID).tobytes()
     assert loaded.snapshot() == cal.snapshot()

@@ -50,11 +50,20 @@ def test_dumped_yaml_loads_back_identically(tmp_path: Path) -> None:
         ("algorithm.min_pairs=-5", r"algorithm.min_pairs=-5 is out of range"),
         ("algorithm.variant=ppo", r"algorithm.variant='ppo' is not allowed; choose one of: grpo_real, .*wmrl"),
         ("algorithm.min_anchor_groups=9", r"min_anchor_groups=9 exceeds algorithm.groups_per_step=8"),
+        ("algorithm.min_anchor_groups=0", r"algorithm.min_anchor_groups=0 is not allowed with "
+                                          r"algorithm.variant='wmrl'.*allowed: >= 1"),
+        ("trainer=ppo", r"trainer='ppo' is not allowed; choose one of: anchored_sim, dry"),
     ],
 )
 def test_bad_values_name_the_key_and_what_is_allowed(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize("variant", ["grpo_real", "pure_wm"])
+def test_variants_that_draw_no_anchor_groups_accept_min_anchor_groups_zero(variant: str) -> None:
+    cfg = load_config(None, [f"algorithm.variant={variant}", "algorithm.min_anchor_groups=0"])
+    assert cfg.algorithm.min_anchor_groups == 0
 
 
 def test_override_without_equals_is_rejected() -> None:

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 from launch_support import (
-    DRY_TRAINER,
     dry_config,
     events,
     final_digest,
@@ -32,7 +31,7 @@ def reference_run(tmp_path_factory):
     """An uninterrupted 8-step run: what every interrupted run of the same config must end at."""
     cfg = dry_config(tmp_path_factory.mktemp("ref"), "reference", 8)
     run = make_run(cfg)
-    result = Coordinator(str(run.path), DRY_TRAINER)()
+    result = Coordinator(str(run.path))()
     return run, result
 
 
@@ -72,7 +71,7 @@ def test_restarted_coordinator_resumes_from_checkpoint_and_ends_identical(refere
     saved = events(run, "checkpoint")[-1]
     assert saved["reason"] == "signal-term" or saved["step"] >= 3
 
-    Coordinator(str(run.path), DRY_TRAINER)()
+    Coordinator(str(run.path))()
 
     resumed = events(run, "resumed")[-1]
     assert resumed["step"] == saved["step"] and resumed["checkpoint_digest"] == saved["digest"]
@@ -90,7 +89,7 @@ def test_restarted_coordinator_keeps_logging_into_the_same_mlflow_run(tmp_path):
     assert proc.wait(timeout=60) != 0
     first_id = (run.path / "mlflow_run_id").read_text()
 
-    Coordinator(str(run.path), DRY_TRAINER)()
+    Coordinator(str(run.path))()
 
     assert (run.path / "mlflow_run_id").read_text() == first_id
     steps = {step for step, _ in mlflow_history(run, f"sqlite:///{tmp_path}/mlflow.db", "executions")}
@@ -103,7 +102,7 @@ def test_second_coordinator_refuses_while_the_first_runs(tmp_path):
     try:
         wait_until("the first coordinator's first step", lambda: progress_step(run) >= 1, 60)
         with pytest.raises(RunLockHeld, match="in use by another coordinator"):
-            Coordinator(str(run.path), DRY_TRAINER)()
+            Coordinator(str(run.path))()
         assert proc.poll() is None  # the refusal did not disturb the holder
     finally:
         proc.kill()
@@ -119,7 +118,7 @@ def test_new_coordinator_takes_over_after_kill_9(tmp_path):
     proc.wait()
     assert run.lock_path.exists()
     try:
-        result = Coordinator(str(run.path), DRY_TRAINER)()
+        result = Coordinator(str(run.path))()
     finally:
         run.mark_ended("test over")
     assert result["state"] == "finished"
@@ -191,7 +190,7 @@ def test_launch_local_runs_the_whole_run_in_process(tmp_path):
     config = tmp_path / "dry.yaml"
     config.write_text("run_name: cli\n")
     args = ["launch", str(config), f"runs_root={tmp_path}", "run_name=cli", "simulator.steps=3", *DRY,
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "--trainer", DRY_TRAINER]
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
     out = _cli(*args)
     assert out.returncode == 0, out.stderr
     assert f"run dir:  {tmp_path / 'cli'}" in out.stdout and "'state': 'finished'" in out.stdout

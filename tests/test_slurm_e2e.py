@@ -12,8 +12,8 @@ import pytest
 from launch_support import REPO, slurm_problem
 from test_launch_e2e import check_e2e_run_dir
 
-from wmrl.orchestration.launch import load_jobs
 from wmrl.orchestration.rundir import RunDir
+from wmrl.orchestration.slurm import load_jobs
 from wmrl.orchestration.spool import Spool
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]

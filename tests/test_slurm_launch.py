@@ -10,7 +10,6 @@ import time
 
 import pytest
 from launch_support import (
-    DRY_TRAINER,
     REPO,
     dry_config,
     events,
@@ -23,10 +22,11 @@ from launch_support import (
     wait_until,
 )
 
-from wmrl.orchestration.launch import cancel_jobs, submit_coordinator, submit_run, submit_workers
+from wmrl.orchestration.launch import submit_coordinator, submit_run
 from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.records import ExecutionRequest
 from wmrl.orchestration.service import SpoolExecutionService
+from wmrl.orchestration.slurm import cancel_jobs, submit_workers
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 REQUEUE_NOW = str(REPO / "slurm" / "requeue-now.sh")
@@ -137,7 +137,7 @@ def _coordinator_run(tmp_path, name: str, steps: int):
 
 def test_coordinator_preempted_by_usr2_requeues_and_resumes_bit_identical(tmp_path):
     cfg, run = _coordinator_run(tmp_path, "preempted", 8)
-    coordinator, workers = submit_run(cfg, run, DRY_TRAINER)
+    coordinator, workers = submit_run(cfg, run)
     try:
         wait_until("step 3", lambda: progress_step(run) >= 3, 120)
         # What Slurm does at the time limit (--signal=USR2@delay) or preemption with a grace signal:
@@ -157,7 +157,7 @@ def test_coordinator_preempted_by_usr2_requeues_and_resumes_bit_identical(tmp_pa
 
 def test_coordinator_requeued_with_scontrol_resumes_from_its_sigterm_checkpoint(tmp_path):
     cfg, run = _coordinator_run(tmp_path, "requeued", 6)
-    coordinator, workers = submit_run(cfg, run, DRY_TRAINER)
+    coordinator, workers = submit_run(cfg, run)
     try:
         wait_until("step 2", lambda: progress_step(run) >= 2, 120)
         subprocess.run([REQUEUE_NOW, coordinator], check=True, timeout=90)  # scontrol requeue + StartTime=now
@@ -173,11 +173,11 @@ def test_coordinator_requeued_with_scontrol_resumes_from_its_sigterm_checkpoint(
 
 def test_second_coordinator_job_refuses_and_a_new_one_takes_over_after_kill_9(tmp_path):
     cfg, run = _coordinator_run(tmp_path, "contested", 200)
-    first, workers = submit_run(cfg, run, DRY_TRAINER)
+    first, workers = submit_run(cfg, run)
     second = third = ""
     try:
         wait_until("step 1", lambda: progress_step(run) >= 1, 120)
-        second = submit_coordinator(cfg, run, DRY_TRAINER)
+        second = submit_coordinator(cfg, run)
         wait_until("the second coordinator to give up", lambda: squeue_gone(second), 120)
         err = (run.logs / "submitit" / second / f"{second}_0_log.err").read_text()
         assert "RunLockHeld" in err and "in use by another coordinator" in err
@@ -186,7 +186,7 @@ def test_second_coordinator_job_refuses_and_a_new_one_takes_over_after_kill_9(tm
         holder, _ = RunLock(run.lock_path).read_holder()
         assert holder.slurm_job_id == first
         os.kill(holder.pid, signal.SIGKILL)  # same node: the pid is ours to kill
-        third = submit_coordinator(cfg, run, DRY_TRAINER)
+        third = submit_coordinator(cfg, run)
         wait_until("the third coordinator to resume",
                    lambda: any(e["slurm_job_id"] == third for e in events(run, "resumed")), 120)
         resumed_at = events(run, "resumed")[-1]["step"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wmrl.config import VARIANTS
+from wmrl.config import ANCHORED_VARIANTS, VARIANTS
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ _TABLE = [
 # fmt: on
 _VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}
 assert tuple(_VARIANTS) == VARIANTS, "algorithm variants and config VARIANTS must agree"
+assert tuple(v.name for v in _TABLE if v.needs_anchors and not v.executes_all) == ANCHORED_VARIANTS
 
 
 def get_variant(name: str) -> Variant:

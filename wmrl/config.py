@@ -11,7 +11,6 @@ full key, the offending value and what is allowed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from wmrl.agent.config import AgentConfig
+from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.orchestration.config import LaunchConfig
+from wmrl.sandbox.config import SandboxConfig
+from wmrl.simulate.config import SimulatorConfig
+from wmrl.tasks.config import TasksConfig
+from wmrl.tracking.config import TrackingConfig
+from wmrl.trainers import TRAINERS
+from wmrl.world_model.config import WorldModelConfig
 
 VARIANTS: tuple[str, ...] = (
     "grpo_real",  # every group really executed (the expensive reference)
@@ -29,40 +38,9 @@ VARIANTS: tuple[str, ...] = (
     "denoise_only",  # anchors + raw world model, inverse-variance weights
     "wmrl",  # both corrections
 )
-
-
-class ConfigError(ValueError):
-    """A config value is missing, unknown, of the wrong type or out of range."""
-
-
-# --------------------------------------------------------------------------- validation helpers
-
-
-def check_choice(key: str, value: Any, allowed: Sequence[Any]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
-
-
-def check_range(
-    key: str,
-    value: float,
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> None:
-    """Check ``low <= value <= high`` (``<`` where open); NaN is always rejected."""
-    bad = isinstance(value, float) and math.isnan(value)
-    if low is not None:
-        bad = bad or (value <= low if low_open else value < low)
-    if high is not None:
-        bad = bad or (value >= high if high_open else value > high)
-    if bad:
-        lo = "-inf" if low is None else f"{low}"
-        hi = "inf" if high is None else f"{high}"
-        interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
-        raise ConfigError(f"{key}={value!r} is out of range; allowed: {interval}")
+# The variants whose anchor groups are drawn each step by anchor_frac (grpo_real executes every group,
+# pure_wm none): they need at least one anchor group per step (paper §3.3).
+ANCHORED_VARIANTS: tuple[str, ...] = ("grpo_anchor_only", "mixture", "debias_only", "denoise_only", "wmrl")
 
 
 # --------------------------------------------------------------------------- algorithm section
@@ -100,6 +78,13 @@ class AlgorithmConfig:
         check_range(f"{prefix}.groups_per_step", self.groups_per_step, 1)
         # GRPO needs at least two trajectories per group for a non-trivial advantage.
         check_range(f"{prefix}.group_size", self.group_size, 2)
+        if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1:
+            raise ConfigError(
+                f"{prefix}.min_anchor_groups={self.min_anchor_groups} is not allowed with "
+                f"{prefix}.variant={self.variant!r}: it needs at least one anchor group every step "
+                "(paper §3.3), else a step with round(anchor_frac * groups_per_step) = 0 trains on the "
+                "world model alone; allowed: >= 1"
+            )
         if self.min_anchor_groups > self.groups_per_step:
             raise ConfigError(
                 f"{prefix}.min_anchor_groups={self.min_anchor_groups} exceeds "
@@ -108,14 +93,7 @@ class AlgorithmConfig:
 
 
 # --------------------------------------------------------------------------- the whole run
-# Each part of the package owns its own section; those modules import this one only lazily.
-from wmrl.agent.config import AgentConfig
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.sandbox.config import SandboxConfig
-from wmrl.simulate.config import SimulatorConfig
-from wmrl.tasks.config import TasksConfig
-from wmrl.tracking.config import TrackingConfig
-from wmrl.world_model.config import WorldModelConfig
+# Each part of the package owns its own section (it imports only wmrl.config_checks).
 
 SECTIONS = ("algorithm", "simulator", "tasks", "sandbox", "launch", "tracking", "agent", "world_model")
 
@@ -125,6 +103,8 @@ class WMRLConfig:
     # Human-readable run name; the run directory is <runs_root>/<run_name>.
     run_name: str = "wmrl-default"
     runs_root: str = "runs"
+    # What the coordinator trains (wmrl/trainers/__init__.py lists them).
+    trainer: str = "anchored_sim"
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
@@ -137,6 +117,7 @@ class WMRLConfig:
     def validate(self) -> None:
         if not self.run_name or "/" in self.run_name:
             raise ConfigError(f"run_name={self.run_name!r} must be a non-empty name without '/'")
+        check_choice("trainer", self.trainer, tuple(TRAINERS))
         for name in SECTIONS:
             getattr(self, name).validate(name)
 

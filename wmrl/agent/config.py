@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wmrl.agent.prompts import PROMPT_STYLES
+from wmrl.config_checks import check_choice, check_range
 
 KEEP_RULES = ("best", "last")
 
@@ -23,8 +24,6 @@ class AgentConfig:
     max_context_tokens: int = 0
 
     def validate(self, prefix: str = "agent") -> None:
-        from wmrl.config import check_choice, check_range
-
         check_choice(f"{prefix}.prompt_style", self.prompt_style, PROMPT_STYLES)
         check_range(f"{prefix}.max_turns", self.max_turns, 1)
         check_range(f"{prefix}.observation_tokens", self.observation_tokens, 16)

@@ -1,7 +1,8 @@
 """The one calibration facade every trainer uses: pool + debiaser (Eq. 4) + denoiser (Eq. 5 weight).
 
 Per step the trainer calls ``observe(pairs, step)`` with the anchor pairs it got, ``calibrate(r_hat)``
-for the world-model groups, and reads ``rho`` for the loss weights.
+(pure) for the world-model groups, ``record_chased(r_hat)`` to show the audit which scores the policy
+trains on, and reads ``rho`` for the loss weights.
 
 Persistence (with a directory): the pool's append-only log ``pairs.jsonl`` is the commit point, one
 fsynced record per ``observe`` that added pairs. ``calibrator.json`` is a snapshot of the derived
@@ -92,17 +93,15 @@ class Calibrator:
         self.denoiser.update(residual_base, r, [p.group_id for p in window], self.warmed_up)
 
     def calibrate(self, r_hat: ArrayLike) -> np.ndarray:
-        """f_hat(r_hat) (Eq. 4); identity before ``min_pairs`` pairs or when debiasing is off.
-
-        Call it on world-model groups only: the inputs are kept as "the scores GRPO chases" for the
-        audit's coverage check.
-        """
+        """f_hat(r_hat) (Eq. 4); identity before ``min_pairs`` pairs or when debiasing is off. Pure."""
         x = as_scores("r_hat", r_hat)
-        flat = x.ravel()
+        return self.debiaser(x) if self.debias else x.copy()
+
+    def record_chased(self, r_hat: ArrayLike) -> None:
+        """Keep the world-model scores the policy is trained on ("the scores GRPO chases") for the
+        audit's coverage check; the step calls it once per step with its world-model groups' r_hat."""
+        flat = as_scores("r_hat", r_hat).ravel()
         self._chased = np.concatenate([self._chased, flat[-CHASED_KEEP:]])[-CHASED_KEEP:]
-        if not self.debias:
-            return x.copy()
-        return self.debiaser(x)
 
     @property
     def rho(self) -> float:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wmrl.orchestration.launch import cancel_jobs, job_states, load_jobs
 from wmrl.orchestration.rundir import RunDir
+from wmrl.orchestration.slurm import cancel_jobs, job_states, load_jobs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

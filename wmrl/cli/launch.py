@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from wmrl.config import ConfigError, WMRLConfig, load_config, to_yaml
-from wmrl.orchestration.coordinator import DEFAULT_TRAINER, Coordinator
+from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.lock import RunLock, RunLockHeld
 from wmrl.orchestration.preflight import preflight
 from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
@@ -31,8 +31,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="slurm: block until the run has ended, printing its status every --every s")
     parser.add_argument("--every", type=float, default=15.0, metavar="S", help="status interval of --wait")
-    parser.add_argument("--trainer", default=DEFAULT_TRAINER, metavar="MODULE:FACTORY",
-                        help=f"what the coordinator trains (default {DEFAULT_TRAINER})")
     parser.add_argument("--resume", action="store_true",
                         help="continue a run that was cancelled (or stopped) from its latest checkpoint")
     parser.set_defaults(func=run)
@@ -73,7 +71,7 @@ def _refuse_if_ended(run: RunDir, resume: bool) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    preflight(cfg, args.trainer)  # PreflightError (exit 2) before anything is created or queued
+    preflight(cfg)  # PreflightError (exit 2) before anything is created or queued
     run_dir = RunDir(cfg.run_dir)
     if run_dir.config_path.exists():  # a relaunch: same config, no live coordinator, not ended
         refusal = (_refuse_if_running(run_dir, cfg.launch.lock_stale_s) or config_mismatch(run_dir, to_yaml(cfg))
@@ -87,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"executor: local (coordinator in this process, {cfg.launch.workers} worker processes)")
         print(f"watch:    wmrl status {run_dir.path}   (from another shell)", flush=True)
         try:
-            result = Coordinator(str(run_dir.path), args.trainer)(progress=sys.stderr.isatty())
+            result = Coordinator(str(run_dir.path))(progress=sys.stderr.isatty())
         except RunLockHeld as err:
             print(f"wmrl launch: {err}", file=sys.stderr)
             return 2
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     from wmrl.orchestration.launch import submit_run
 
-    coordinator, workers = submit_run(cfg, run_dir, args.trainer)
+    coordinator, workers = submit_run(cfg, run_dir)
     print(f"executor: slurm (submitit; logs in {run_dir.logs / 'submitit'})")
     print(f"jobs:     coordinator {coordinator}, workers {workers} (array of {cfg.launch.workers})")
     print(f"watch:    wmrl status {run_dir.path}")
@@ -108,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 def wait_for_end(run_dir: RunDir, every_s: float) -> int:
     from wmrl.cli.status import collect, render
-    from wmrl.orchestration.launch import active_tasks, load_jobs
+    from wmrl.orchestration.slurm import active_tasks, load_jobs
 
     while True:
         time.sleep(every_s)

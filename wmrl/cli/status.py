@@ -37,7 +37,7 @@ def collect(run: RunDir) -> dict[str, Any]:
         "live_workers": live_workers(run, cfg.launch.lease_s),
         "throughput_per_min": throughput_per_min(spool), "jobs": [],
     }
-    from wmrl.orchestration.launch import job_states, load_jobs
+    from wmrl.orchestration.slurm import job_states, load_jobs
 
     records = load_jobs(run)
     if records:

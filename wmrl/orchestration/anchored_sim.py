@@ -237,7 +237,7 @@ class AnchoredSimTrainer:
     def snapshot_dirs(self) -> dict[str, Path]:
         if self.calibrator is None:
             return {}
-        self.calibrator.save()  # calibrate() updates the audit's coverage data without saving
+        self.calibrator.save()  # record_chased() updates the audit's coverage data without saving
         return {"calibration": self.cal_dir}
 
     def progress(self) -> dict[str, Any]:
@@ -262,7 +262,7 @@ class AnchoredSimTrainer:
         cal = self.calibrator
         if cal is not None and len(cal.pool):
             grid = np.linspace(0.0, 1.0, 101)
-            fitted = cal.debiaser(grid) if cal.debias else grid  # not calibrate(): that feeds the audit
+            fitted = cal.calibrate(grid)
             predicted, true = cal.pool.arrays()
             plot_calibration(predicted, true, grid, fitted, directory / "calibration.png",
                              title=f"{self.cfg.run_name}: f_hat over {len(predicted)} anchor pairs")

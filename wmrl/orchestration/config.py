@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from wmrl.config_checks import ConfigError, check_choice, check_range
+
 EXECUTORS = ("local", "slurm")
 
 
@@ -72,8 +74,6 @@ class LaunchConfig:
     work: str = "wmrl.orchestration.work:real_work"
 
     def validate(self, prefix: str = "launch") -> None:
-        from wmrl.config import ConfigError, check_choice, check_range
-
         check_choice(f"{prefix}.executor", self.executor, EXECUTORS)
         check_range(f"{prefix}.workers", self.workers, 1)
         for name in ("lease_s", "heartbeat_s", "idle_timeout_s", "poll_min_s", "poll_max_s",
@@ -98,8 +98,6 @@ class LaunchConfig:
         self._validate_slurm(prefix)
 
     def _validate_slurm(self, prefix: str) -> None:
-        from wmrl.config import ConfigError, check_range
-
         for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus"):
             check_range(f"{prefix}.{name}", getattr(self, name), 1)
         for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",

@@ -1,8 +1,7 @@
 """The coordinator: the one process of a run that trains, as a requeue-safe submitit job.
 
 ``Coordinator(run_dir)`` is a ``submitit.helpers.Checkpointable``: ``__call__`` runs the training loop
-of the run directory's trainer (today the anchored simulator, :mod:`wmrl.orchestration.anchored_sim`;
-later the LLM learner) and ``checkpoint()`` is what submitit calls on SIGUSR2 (time limit or
+of the trainer the run's config names (``trainer``, see :mod:`wmrl.trainers`) and ``checkpoint()`` is what submitit calls on SIGUSR2 (time limit or
 preemption): it writes the state of the last finished step and returns the requeue submission.
 
 State is saved
@@ -22,7 +21,6 @@ records the digests that prove it.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -43,10 +41,17 @@ from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
+from wmrl.orchestration.slurm import (
+    WORKERS,
+    active_tasks,
+    allocation_end,
+    load_jobs,
+    submit_workers,
+)
 from wmrl.tracking import Tracker
+from wmrl.trainers import trainer_factory
 
 log = logging.getLogger(__name__)
-DEFAULT_TRAINER = "wmrl.orchestration.anchored_sim:make_trainer"
 PROGRESS = "progress.json"
 METRICS = "metrics.jsonl"
 EVENTS = "logs/coordinator-events.jsonl"
@@ -76,14 +81,6 @@ class Trainer(Protocol):
     def progress(self) -> dict[str, Any]: ...
 
     def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]: ...
-
-
-TrainerFactory = Callable[[WMRLConfig, RunDir, "AnchorRunner", bool], Trainer]
-
-
-def load_factory(spec: str) -> TrainerFactory:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def record_event(run: RunDir, event: str, **fields: Any) -> None:
@@ -129,16 +126,14 @@ class WorkerSupervisor:
         self._last = time.monotonic()
 
     def __call__(self) -> None:
-        from wmrl.orchestration import launch
-
         if time.monotonic() - self._last < self.every_s:
             return
         self._last = time.monotonic()
         if self.service.spool.counts()["queued"] == 0:
             return
-        arrays = [r.job_id for r in launch.load_jobs(self.run_dir) if r.kind == launch.WORKERS]
-        if launch.active_tasks(arrays) == 0:
-            job_id = launch.submit_workers(self.cfg, self.run_dir)
+        arrays = [r.job_id for r in load_jobs(self.run_dir) if r.kind == WORKERS]
+        if active_tasks(arrays) == 0:
+            job_id = submit_workers(self.cfg, self.run_dir)
             record_event(self.run_dir, "workers_resubmitted", array_job_id=job_id)
 
 
@@ -160,13 +155,12 @@ class SaveSchedule:
 
 
 class Coordinator(submitit.helpers.Checkpointable):
-    def __init__(self, run_dir: str, trainer: str = DEFAULT_TRAINER) -> None:
+    def __init__(self, run_dir: str) -> None:
         self.run_dir = str(run_dir)
-        self.trainer_spec = trainer
         self._live: dict[str, Any] = {}  # run, store, snapshot, saved step: never pickled
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "trainer_spec": self.trainer_spec}
+        return {"run_dir": self.run_dir}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -178,7 +172,7 @@ class Coordinator(submitit.helpers.Checkpointable):
         self._save_snapshot("signal-usr2")
         if "run" in self._live:
             record_event(self._live["run"], "requeue", step=self._live.get("saved_step"))
-        return submitit.helpers.DelayedSubmission(Coordinator(self.run_dir, self.trainer_spec))
+        return submitit.helpers.DelayedSubmission(Coordinator(self.run_dir))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._save_snapshot("signal-term")
@@ -218,7 +212,7 @@ class Coordinator(submitit.helpers.Checkpointable):
     def _start_trainer(self, cfg: WMRLConfig, run: RunDir, store: CheckpointStore,
                        runner: AnchorRunner) -> Trainer:
         snap = store.latest()
-        factory = load_factory(self.trainer_spec)
+        factory = trainer_factory(cfg.trainer)
         if snap is None:
             trainer = factory(cfg, run, runner, False)
             self._take_snapshot(trainer)
@@ -242,8 +236,6 @@ class Coordinator(submitit.helpers.Checkpointable):
     def _loop(self, cfg: WMRLConfig, run: RunDir, trainer: Trainer,
               service: SpoolExecutionService, tracker: Tracker, progress: bool) -> dict[str, Any]:
         from tqdm import tqdm
-
-        from wmrl.orchestration.launch import allocation_end
 
         bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="steps", disable=not progress)
 

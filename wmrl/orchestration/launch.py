@@ -1,294 +1,43 @@
-"""Submitting a run to Slurm with submitit: the coordinator job and the anchor worker array.
+"""Submitting a run to Slurm with submitit: the coordinator job, then the anchor worker array.
 
-``wmrl launch`` calls :func:`submit_run`; a coordinator that finds work queued and no worker alive
-calls :func:`submit_workers` from inside its own job. Every submission goes through
-:func:`clean_slurm_environment`: a job submitted from inside a job would otherwise inherit the
-parent's ``SLURM_*``/``SBATCH_*`` variables (``SBATCH_*`` are read by sbatch as defaults; ``SLURM_MEM_*``,
-``SLURM_CPUS_*`` and gres variables make the child ask for the parent's resources or fail with gres
-errors). submitit ships exactly this scrub as ``submitit.helpers.clean_env``.
-
-The job ids of a run are recorded one file per job under ``RUN_DIR/jobs/`` (written atomically, so
-the coordinator and ``wmrl launch`` never rewrite each other's records); ``wmrl status`` and
-``wmrl cancel`` read them back.
+``wmrl launch`` calls :func:`submit_run`. The Slurm client utilities (executors, job records, the
+worker array, job states) live in :mod:`wmrl.orchestration.slurm`, below this module and the
+coordinator.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import subprocess
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime
-from pathlib import Path
-from typing import Any
 
-from wmrl.config import ConfigError, WMRLConfig
-from wmrl.io import atomic_write_json, read_json
+from wmrl.config import WMRLConfig
+from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.rundir import RunDir
-
-log = logging.getLogger(__name__)
-
-COORDINATOR = "coordinator"
-WORKERS = "workers"
-# Slurm states after which a job will not run again (squeue stops listing them after MinJobAge).
-ACTIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING",
-                 "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT")
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One Slurm job of a run (``job_id`` of an array is the array's id, without ``_N``)."""
-
-    kind: str  # COORDINATOR or WORKERS
-    job_id: str
-    n_tasks: int
-    submitted_at: float
-    submitted_from: str | None  # SLURM_JOB_ID of the submitting job (a coordinator topping up)
+from wmrl.orchestration.slurm import (
+    COORDINATOR,
+    JobRecord,
+    check_slurm_available,
+    clean_slurm_environment,
+    record_job,
+    slurm_executor,
+    submit_workers,
+)
 
 
-# --------------------------------------------------------------------------- environment
-
-
-@contextlib.contextmanager
-def clean_slurm_environment() -> Iterator[None]:
-    """Hide the current job's Slurm/submitit variables while submitting (restored afterwards)."""
-    import submitit
-
-    with submitit.helpers.clean_env():
-        yield
-
-
-# --------------------------------------------------------------------------- executors
-
-
-def sbatch_options(lines: Sequence[str]) -> dict[str, Any]:
-    """``["--constraint=a100", "#SBATCH --exclusive"]`` -> ``{"constraint": "a100", "exclusive": True}``
-    (submitit's ``additional_parameters``, written back as ``#SBATCH --key=value`` lines)."""
-    options: dict[str, Any] = {}
-    for line in lines:
-        option = str(line).removeprefix("#SBATCH").strip()
-        if not option.startswith("--"):
-            raise ConfigError(f"launch.extra_sbatch: {line!r} is not a long sbatch option (--name[=value])")
-        key, sep, value = option[2:].partition("=")
-        options[key.strip()] = value.strip() if sep else True
-    return options
-
-
-def slurm_executor(cfg: WMRLConfig, run: RunDir, role: str) -> Any:
-    """A ``submitit.SlurmExecutor`` for the coordinator or the workers of ``run``."""
-    import submitit
-
-    launch = cfg.launch
-    folder = run.logs / "submitit" / "%j"
-    executor = submitit.SlurmExecutor(
-        folder=folder,
-        max_num_timeout=launch.max_requeues,
-        python=launch.python or None,
-    )
-    coordinator = role == COORDINATOR
-    params: dict[str, Any] = {
-        "job_name": f"wmrl-{'coord' if coordinator else 'work'}-{run.run_id}",
-        "time": launch.coordinator_time_min if coordinator else launch.worker_time_min,
-        "cpus_per_task": launch.coordinator_cpus if coordinator else launch.worker_cpus,
-        "signal_delay_s": launch.signal_delay_s,
-        "setup": list(launch.setup),
-        "additional_parameters": sbatch_options(launch.extra_sbatch),
-    }
-    gpus = launch.coordinator_gpus if coordinator else launch.worker_gpus
-    mem_gb = launch.coordinator_mem_gb if coordinator else launch.worker_mem_gb
-    for key, value in (("partition", launch.partition), ("account", launch.account), ("qos", launch.qos)):
-        if value:
-            params[key] = value
-    if gpus:
-        params["gpus_per_node"] = gpus
-    if mem_gb:
-        params["mem"] = f"{int(mem_gb * 1024)}MB"
-    if coordinator:
-        # submitit requeues the coordinator with `scontrol requeue`, which a cluster with
-        # JobRequeue=0 refuses for jobs that did not ask for it.
-        params["additional_parameters"].setdefault("requeue", True)
-    else:
-        # Workers stop on SIGUSR1 (release the claim, exit 0): ask Slurm for that one before the time
-        # limit instead of submitit's SIGUSR2, which would requeue a non-checkpointable task.
-        params["additional_parameters"]["signal"] = f"USR1@{launch.signal_delay_s}"
-        if launch.array_parallelism:
-            params["array_parallelism"] = launch.array_parallelism
-    executor.update_parameters(**params)
-    return executor
-
-
-# --------------------------------------------------------------------------- job records
-
-
-def jobs_dir(run: RunDir) -> Path:
-    return run.path / "jobs"
-
-
-def record_job(run: RunDir, record: JobRecord) -> None:
-    atomic_write_json(jobs_dir(run) / f"{record.kind}-{record.job_id}.json", asdict(record))
-
-
-def load_jobs(run: RunDir) -> list[JobRecord]:
-    records = []
-    for path in sorted(jobs_dir(run).glob("*.json")):
-        try:
-            records.append(JobRecord(**read_json(path)))
-        except (OSError, ValueError, TypeError) as err:
-            log.warning("ignoring unreadable job record %s: %s", path, err)
-    return sorted(records, key=lambda r: r.submitted_at)
-
-
-# --------------------------------------------------------------------------- submitting
-
-
-def submit_coordinator(cfg: WMRLConfig, run: RunDir, trainer: str | None = None) -> str:
-    from wmrl.orchestration.coordinator import DEFAULT_TRAINER, Coordinator
-
+def submit_coordinator(cfg: WMRLConfig, run: RunDir) -> str:
+    """The coordinator job; it trains what the run's config names (``trainer``)."""
     executor = slurm_executor(cfg, run, COORDINATOR)
     with clean_slurm_environment():
-        job = executor.submit(Coordinator(str(run.path), trainer or DEFAULT_TRAINER))
+        job = executor.submit(Coordinator(str(run.path)))
     record_job(run, JobRecord(COORDINATOR, str(job.job_id), 1, time.time(), os.environ.get("SLURM_JOB_ID")))
     return str(job.job_id)
 
 
-def submit_workers(cfg: WMRLConfig, run: RunDir, n_tasks: int | None = None) -> str:
-    """Submit one array job of ``n_tasks`` (default ``launch.workers``) long-lived workers."""
-    n = cfg.launch.workers if n_tasks is None else n_tasks
-    executor = slurm_executor(cfg, run, WORKERS)
-    with clean_slurm_environment():
-        jobs = executor.map_array(run_worker_task, [str(run.path)] * n, [cfg.launch.work] * n)
-    array_id = str(jobs[0].job_id).split("_")[0]
-    record_job(run, JobRecord(WORKERS, array_id, n, time.time(), os.environ.get("SLURM_JOB_ID")))
-    return array_id
-
-
-def submit_run(cfg: WMRLConfig, run: RunDir, trainer: str | None = None) -> tuple[str, str]:
+def submit_run(cfg: WMRLConfig, run: RunDir) -> tuple[str, str]:
     """Coordinator first (it owns the run), then the worker array; returns both job ids."""
     check_slurm_available()
-    coordinator = submit_coordinator(cfg, run, trainer)
+    coordinator = submit_coordinator(cfg, run)
     workers = submit_workers(cfg, run)
     return coordinator, workers
 
 
-def run_worker_task(run_dir: str, work: str) -> dict[str, Any]:
-    """Body of one array task: the spool worker loop (``wmrl worker RUN_DIR --work WORK``)."""
-    from wmrl.config import load_config
-    from wmrl.orchestration.work import load_work
-    from wmrl.orchestration.worker import Worker, default_worker_id, worker_log_handler
-
-    run = RunDir.open(run_dir)
-    cfg = load_config(run.config_path)
-    worker_id = default_worker_id()
-    root = logging.getLogger("wmrl")
-    root.setLevel(logging.INFO)
-    root.addHandler(worker_log_handler(run, worker_id))
-    worker = Worker(run, load_work(work, run), cfg.launch, worker_id)
-    worker.run()
-    return {"worker_id": worker_id, "exit_reason": worker.exit_reason, **worker.counts}
-
-
-# --------------------------------------------------------------------------- querying / cancelling
-
-
-def check_slurm_available() -> None:
-    for exe in ("sbatch", "squeue", "scancel", "scontrol"):
-        if not _which(exe):
-            raise ConfigError(
-                f"launch.executor=slurm but '{exe}' is not on PATH; run on a Slurm login node, "
-                "start the local cluster (sudo bash slurm/start-local.sh) or use launch.executor=local"
-            )
-
-
-def _which(exe: str) -> bool:
-    return any(os.access(Path(d) / exe, os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep) if d)
-
-
-def job_states(job_ids: Sequence[str]) -> dict[str, list[str]]:
-    """``{job_id: [state of each task]}`` from squeue; jobs squeue no longer lists map to ``[]``."""
-    states: dict[str, list[str]] = {str(j): [] for j in job_ids}
-    if not job_ids:
-        return states
-    out = subprocess.run(
-        ["squeue", "-h", "-r", "-j", ",".join(states), "-o", "%i %T"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    if out.returncode != 0 and "Invalid job id" not in out.stderr:
-        raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
-    for line in out.stdout.splitlines():
-        parts = line.split()
-        if len(parts) != 2:
-            continue
-        base = parts[0].split("_")[0]
-        if base in states:
-            states[base].append(parts[1])
-    return states
-
-
-def active_tasks(job_ids: Sequence[str]) -> int:
-    """Tasks of these jobs that are pending or running (a pending array counts its tasks once listed)."""
-    return sum(sum(s in ACTIVE_STATES for s in v) for v in job_states(job_ids).values())
-
-
-def cancel_jobs(job_ids: Sequence[str]) -> None:
-    if job_ids:
-        subprocess.run(["scancel", *map(str, job_ids)], check=False, timeout=60)
-
-
-# --------------------------------------------------------------------------- allocation end
-
-
-def _parse_slurm_time(text: str) -> float | None:
-    if not text or text in ("Unknown", "None", "N/A"):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()  # local time, as Slurm prints
-    except ValueError:
-        return None
-
-
-def parse_duration(text: str) -> float | None:
-    """Slurm durations ``[D-]HH:MM:SS``, ``MM:SS``, ``MM`` -> seconds; None for UNLIMITED/NOT_SET."""
-    text = text.strip()
-    if not text or not text[0].isdigit():
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 1:
-        seconds = parts[0] * 60
-    elif len(parts) == 2:
-        seconds = parts[0] * 60 + parts[1]
-    else:
-        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return float(days * 86400 + seconds)
-
-
-def allocation_end(job_id: str | None = None) -> float | None:
-    """Epoch seconds at which the running job's allocation ends, counted from its real start time.
-
-    ``SLURM_JOB_END_TIME`` (Slurm >= 23.02) when set; else ``scontrol show job``'s StartTime + TimeLimit
-    (the StartTime of *this* run of the job: a requeued job gets a new one); None outside Slurm or for
-    an unlimited job.
-    """
-    env_end = os.environ.get("SLURM_JOB_END_TIME")
-    if env_end and env_end.isdigit():
-        return float(env_end)
-    job_id = job_id or os.environ.get("SLURM_JOB_ID")
-    if not job_id:
-        return None
-    try:
-        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                             timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    fields = dict(tok.split("=", 1) for tok in out.stdout.split() if "=" in tok)
-    start = _parse_slurm_time(fields.get("StartTime", ""))
-    limit = parse_duration(fields.get("TimeLimit", ""))
-    if start is None or limit is None:
-        return None
-    return start + limit

@@ -39,22 +39,15 @@ def check_runs_root(runs_root: str | Path, run_dir: Path) -> None:
             return
 
 
-def check_trainer(spec: str) -> None:
-    """``module:factory`` imports and names a callable."""
-    import importlib
+def check_trainer(name: str) -> None:
+    """The trainer ``name`` (validated by the config) imports here, as it must in the job."""
+    from wmrl.trainers import trainer_factory
 
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise PreflightError(f"trainer {spec!r} must be 'module:factory', e.g. "
-                             "wmrl.orchestration.anchored_sim:make_trainer")
     try:
-        factory = getattr(importlib.import_module(module), attr)
+        trainer_factory(name)
     except ImportError as err:
-        raise PreflightError(f"trainer {spec!r}: cannot import {module} ({err})") from None
-    except AttributeError:
-        raise PreflightError(f"trainer {spec!r}: {module} has no {attr!r}") from None
-    if not callable(factory):
-        raise PreflightError(f"trainer {spec!r}: {module}.{attr} is not callable")
+        raise PreflightError(f"trainer={name!r}: cannot import it ({err}); install what it needs "
+                             "or choose another trainer") from None
 
 
 def check_tasks_root(cfg: WMRLConfig) -> None:
@@ -91,9 +84,9 @@ def check_sandbox(cfg: WMRLConfig) -> None:
         raise PreflightError(f"sandbox.backend={cfg.sandbox.backend!r}: {err}") from None
 
 
-def preflight(cfg: WMRLConfig, trainer: str) -> None:
+def preflight(cfg: WMRLConfig) -> None:
     """Everything that can be checked before a run directory is created or a job is queued."""
     check_runs_root(cfg.runs_root, cfg.run_dir)
-    check_trainer(trainer)
+    check_trainer(cfg.trainer)
     check_tasks_root(cfg)
     check_sandbox(cfg)

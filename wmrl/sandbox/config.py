@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from wmrl.config_checks import ConfigError, check_choice, check_range
 from wmrl.sandbox.base import SandboxLimits
 
 BACKENDS = ("bwrap", "apptainer", "subprocess")
@@ -41,8 +42,6 @@ class SandboxConfig:
     scratch_dir: str = ""
 
     def validate(self, prefix: str = "sandbox") -> None:
-        from wmrl.config import ConfigError, check_choice, check_range
-
         check_choice(f"{prefix}.backend", self.backend, BACKENDS)
         check_range(f"{prefix}.timeout_s", self.timeout_s, 0.0, low_open=True)
         check_range(f"{prefix}.memory_mb", self.memory_mb, 64)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from wmrl.config_checks import ConfigError, check_choice, check_range
+
 # Distortions phi of the synthetic world model (wmrl/simulate/world_model.py documents each one).
 PHIS: tuple[str, ...] = ("identity", "power", "logistic", "bump", "inverted", "noise")
 MONOTONE_PHIS: tuple[str, ...] = ("identity", "power", "logistic")
@@ -28,8 +30,6 @@ class CostConfig:
     update_seconds: float = 600.0  # one optimizer step of the learner
 
     def validate(self, prefix: str = "simulator.cost") -> None:
-        from wmrl.config import check_range
-
         for name in ("exec_seconds", "wm_call_seconds", "gen_seconds", "update_seconds"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0.0)
 
@@ -67,8 +67,6 @@ class SimulatorConfig:
     cost: CostConfig = field(default_factory=CostConfig)
 
     def validate(self, prefix: str = "simulator") -> None:
-        from wmrl.config import ConfigError, check_choice, check_range
-
         check_range(f"{prefix}.steps", self.steps, 1)
         check_range(f"{prefix}.tasks", self.tasks, 1)
         check_range(f"{prefix}.candidates", self.candidates, 2)
@@ -100,8 +98,6 @@ class SimulatorConfig:
 
 
 def _check_phi_param(key: str, phi: str, value: float) -> None:
-    from wmrl.config import check_range
-
     if phi in ("power", "logistic"):
         check_range(key, value, 0.0, low_open=True)  # exponent / slope must be positive
     elif phi == "bump":

@@ -136,6 +136,8 @@ def wmrl_step(
     weights = np.zeros(g)
     if updated:
         calibrate = calibrator.calibrate if calibrator is not None else (lambda x: x)
+        if calibrator is not None and variant.trains_on_wm and (~anchor).any():
+            calibrator.record_chased(r_hat[~anchor])  # what GRPO chases, for the audit's coverage check
         advantages = group_advantages(training_scores(variant, r_hat, executed, anchor, calibrate))
         weights = group_weights(variant, rho, anchor)
         # 5. update: one ascent step on the fused gradient (Eq. 1, Eq. 5)

@@ -145,7 +145,7 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int) -> RunResult:
     result.final_score = env.score(policy.probs())
     result.executions, result.wm_calls, result.gpu_hours = meter.executions, meter.wm_calls, meter.gpu_hours
     if calibrator is not None:
-        result.audit = _audit_summary(calibrator.audit())  # before the grid below enters its coverage data
+        result.audit = _audit_summary(calibrator.audit())
         if variant.debias:
             result.fitted_map = calibrator.calibrate(MAP_GRID).tolist()
         pred, tru = calibrator.pool.arrays()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wmrl.config_checks import check_choice, check_range
+
 SPLITS = ("train", "heldout", "all")
 
 
@@ -25,8 +27,6 @@ class TasksConfig:
     max_submission_mb: float = 64.0
 
     def validate(self, prefix: str = "tasks") -> None:
-        from wmrl.config import check_choice, check_range
-
         check_choice(f"{prefix}.split", self.split, SPLITS)
         check_choice(f"{prefix}.mledojo_boards", self.mledojo_boards, ("mean", "private"))
         check_range(f"{prefix}.max_submission_mb", self.max_submission_mb, 0.0, low_open=True)

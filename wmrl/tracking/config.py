@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wmrl.config_checks import ConfigError
+
 
 @dataclass
 class TrackingConfig:
@@ -24,8 +26,6 @@ class TrackingConfig:
         return self
 
     def validate(self, prefix: str = "tracking") -> None:
-        from wmrl.config import ConfigError
-
         if self.enabled and "://" not in self.uri and not self.uri.startswith("file:"):
             raise ConfigError(
                 f"{prefix}.uri={self.uri!r} is not a tracking URI; use e.g. sqlite:///mlflow.db or http://host:5000"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from wmrl.config_checks import ConfigError, check_choice, check_range
 from wmrl.world_model.prompts import CHECK_NAMES, PROMPT_STYLES, QUALITY
 
 BACKENDS = ("in_process", "http")
@@ -36,8 +37,6 @@ class WorldModelConfig:
     retries: int = 3
 
     def validate(self, prefix: str = "world_model") -> None:
-        from wmrl.config import ConfigError, check_choice, check_range
-
         check_choice(f"{prefix}.backend", self.backend, BACKENDS)
         check_choice(f"{prefix}.prompt_style", self.prompt_style, PROMPT_STYLES)
         if self.backend == "http" and not str(self.url).startswith(("http://", "https://")):
