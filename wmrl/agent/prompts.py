@@ -111,3 +111,14 @@ def system_prompt(ctx: PromptContext, style: str = "full") -> str:
 def agent_messages(system: str, overview: str) -> list[dict[str, str]]:
     """The conversation the first turn renders: system prompt, then the task overview as user message."""
     return [{"role": "system", "content": system}, {"role": "user", "content": overview}]
+
+
+def tokenizer_texts() -> list[str]:
+    """Texts the tiny model's tokenizer is trained on (wmrl/models/corpus.py): both prompt styles and
+    the parse feedback, so the agent's fixed text costs few tokens."""
+    from wmrl.agent.parse import parse_feedback, parse_reply
+    from wmrl.sandbox.probe import table_runtime
+
+    ctx = PromptContext(max_turns=4, timeout_s=1200, gpus=0, runtime=table_runtime())
+    replies = ("x", "```python\nprint(1)\n", "```python\na\n```\n```python\nb\n```")
+    return [system_prompt(ctx, style) for style in PROMPT_STYLES] + [parse_feedback(parse_reply(r)) for r in replies]

@@ -36,6 +36,13 @@ class WorldModelConfig:
     timeout_s: float = 300.0
     retries: int = 3
 
+    # SFT data of the tiny world model (wmrl/sft/data.py): references per task, each with its broken
+    # variants, really executed once (cached) with this time budget; this fraction of references is
+    # held out for the world-model evaluation and never trained on.
+    sft_variants_per_task: int = 4
+    heldout_fraction: float = 0.25
+    variant_timeout_s: float = 120.0
+
     def validate(self, prefix: str = "world_model") -> None:
         check_choice(f"{prefix}.backend", self.backend, BACKENDS)
         check_choice(f"{prefix}.prompt_style", self.prompt_style, PROMPT_STYLES)
@@ -60,3 +67,6 @@ class WorldModelConfig:
         check_range(f"{prefix}.concurrency", self.concurrency, 1)
         check_range(f"{prefix}.timeout_s", self.timeout_s, 0.0, low_open=True)
         check_range(f"{prefix}.retries", self.retries, 0)
+        check_range(f"{prefix}.sft_variants_per_task", self.sft_variants_per_task, 0)
+        check_range(f"{prefix}.heldout_fraction", self.heldout_fraction, 0.0, 1.0)
+        check_range(f"{prefix}.variant_timeout_s", self.variant_timeout_s, 1.0)

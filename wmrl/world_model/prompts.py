@@ -141,3 +141,20 @@ def check_messages(system: str, check: Check, overview: str, code: str,
 def get_checks(names: list[str] | tuple[str, ...]) -> tuple[Check, ...]:
     by_name = {c.name: c for c in CHECKS}
     return tuple(by_name[n] for n in names)
+
+
+def tokenizer_texts() -> list[str]:
+    """Texts the tiny model's tokenizer is trained on (wmrl/models/corpus.py): both simulator prompts,
+    every check's instruction and the JSON answer shapes."""
+    from wmrl.sandbox.probe import table_runtime
+
+    ctx = SimulatorContext(timeout_s=1200, gpus=0, runtime=table_runtime())
+    import json
+
+    tb = 'Traceback (most recent call last):\n  File "solution.py", line 12, in <module>\nKeyError: \'label\''
+    answers = [json.dumps({"reason": "No such failure: the code does not trigger this check.", "verdict": "pass",
+                           "confidence": 0.9, "error_type": None, "error_line": None, "env_feedback": ""}),
+               json.dumps({"reason": "KeyError at line 12.", "verdict": "fail", "confidence": 1.0,
+                           "error_type": "KeyError", "error_line": 12, "env_feedback": tb})]
+    return ([simulator_system_prompt(ctx, style) for style in PROMPT_STYLES]
+            + [check_user_prompt(c, "", "") for c in CHECKS] + answers)

@@ -1,0 +1,157 @@
+"""SFT examples: the policy's replies on the run-time prompt, the world model's JSON from REAL outcomes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from agent_support import ScriptedGenerator, tokenizer
+
+from wmrl.agent.config import AgentConfig
+from wmrl.agent.parse import parse_reply
+from wmrl.agent.policy import AgentPolicy
+from wmrl.agent.prompts import PromptContext
+from wmrl.generation.base import SamplingParams
+from wmrl.sandbox import SandboxConfig, SandboxLimits, make_backend
+from wmrl.sandbox.probe import table_runtime
+from wmrl.sft.data import (
+    SFTData,
+    analysis_for,
+    clean_reference,
+    policy_examples,
+    world_model_examples,
+)
+from wmrl.tasks.layouts import load_task
+from wmrl.tasks.testing import make_wmrl_task
+from wmrl.world_model.prompts import CHECK_NAMES, SimulatorContext
+from wmrl.world_model.targets import failing_check
+from wmrl.world_model.variants import MUTATIONS, make_variants, real_outcomes
+from wmrl.world_model.verdict import parse_verdict
+
+bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (CI installs it)")
+
+REFERENCE = '''"""Reference solution `tree` for task `tiny-parity`."""
+import os
+
+import numpy as np
+import pandas as pd
+
+DATA_DIR = os.environ["DATA_DIR"]
+SUBMISSION_PATH = os.environ["SUBMISSION_PATH"]
+
+from sklearn.tree import DecisionTreeClassifier
+
+train = pd.read_csv(os.path.join(DATA_DIR, "train.csv"))
+test = pd.read_csv(os.path.join(DATA_DIR, "test.csv"))
+FEATURES = ['x']
+X_train = train[FEATURES].to_numpy(dtype=float)
+y_train = train["y"].to_numpy()
+X_test = test[FEATURES].to_numpy(dtype=float)
+test_ids = test["id"]
+
+model = DecisionTreeClassifier(max_depth=3, random_state=0)
+model.fit(X_train, y_train)
+
+pred = model.predict(X_test)
+pd.DataFrame({"id": test_ids, "y": pred}).to_csv(SUBMISSION_PATH, index=False)
+'''
+
+
+@pytest.fixture
+def task(tmp_path: Path):
+    root = make_wmrl_task(tmp_path / "pool")
+    ref = root / "reference"
+    ref.mkdir()
+    (ref / "tree.py").write_text(REFERENCE)
+    (ref / "index.json").write_text(json.dumps({"solutions": [
+        {"name": "tree", "file": "tree.py", "raw_score": 0.5, "position_score": 0.6, "note": "model=tree features=all fraction=1.0"}]}))
+    return load_task(root)
+
+
+def agent_ctx():
+    return PromptContext(max_turns=2, timeout_s=60, gpus=0, runtime=table_runtime())
+
+
+def test_policy_example_is_the_run_time_prompt_then_analysis_and_one_code_block(task):
+    data = SFTData([])
+    overviews = {task.task_id: "Competition: Tiny\nBegin.\n"}
+    policy_examples(tokenizer(), [task], overviews, agent_ctx(), "short", 10000, data)
+    (example,) = data.examples
+    policy = AgentPolicy(ScriptedGenerator(lambda p, k: ""), SamplingParams(), overviews,
+                         AgentConfig(prompt_style="short", max_turns=2), agent_ctx())
+    expected = policy.first_prompt(task.task_id)  # what the agent is shown at run time
+    assert list(example.prompt_ids) == expected and example.kind == "agent"
+    assert example.target_ids[-1] == tokenizer().eos_token_id
+    reply = parse_reply(tokenizer().decode(list(example.target_ids), skip_special_tokens=True))
+    assert reply.ok and reply.code == clean_reference(REFERENCE) and "Reference solution" not in reply.code
+    assert 2 <= reply.analysis.count(". ") + 1 <= 4
+
+
+def test_analysis_names_target_metric_and_model(task):
+    text = analysis_for(task, REFERENCE, "model=tree features=half fraction=0.2")
+    assert "`y`" in text and "accuracy" in text and "DecisionTreeClassifier(max_depth=3" in text
+    assert "half of the features" in text and "20% of the training rows" in text
+
+
+def test_every_mutation_applies_to_a_builtin_style_reference(task):
+    variants = make_variants([task], per_task=1, heldout_fraction=0.0)
+    assert sorted(v.kind for v in variants) == sorted(["reference", *MUTATIONS])
+    assert not any(v.heldout for v in variants)
+    assert all(v.heldout for v in make_variants([task], per_task=1, heldout_fraction=1.0))
+
+
+@bwrap
+def test_world_model_targets_come_from_real_executions_and_are_cached(task, tmp_path, monkeypatch):
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
+    variants = make_variants([task], per_task=1, heldout_fraction=0.0)
+    backend, limits = make_backend(SandboxConfig(backend="bwrap")), SandboxLimits(timeout_s=60)
+    outcomes = real_outcomes(variants, {task.task_id: task}, backend, limits, tmp_path / "work")
+    by_kind = {v.kind: outcomes[v.key] for v in variants}
+    assert by_kind["reference"].source == "leaderboard" and by_kind["reference"].score == 0.6
+    expected = {"wrong_column": "KeyError", "missing_import": "NameError", "wrong_file": "FileNotFoundError",
+                "crash": "ValueError", "invalid_submission": "InvalidSubmission", "not_installed": "ModuleNotFoundError"}
+    for kind, error in expected.items():
+        assert by_kind[kind].source == "executed" and not by_kind[kind].valid and by_kind[kind].error_type == error, kind
+    assert by_kind["wrong_file"].error_line == 13  # the line reading test.csv
+    cached = sorted((tmp_path / "cache" / "outcomes").rglob("*.json"))
+    assert len(cached) == len(expected)
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a cached variant was executed again")
+
+    monkeypatch.setattr("wmrl.execution.execute_and_grade", no_run)
+    again = real_outcomes(variants, {task.task_id: task}, backend, limits, tmp_path / "work")
+    assert {k: o.to_dict() for k, o in again.items()} == {k: o.to_dict() for k, o in outcomes.items()}
+
+    data = SFTData([])
+    sim = SimulatorContext(60, 0, table_runtime())
+    world_model_examples(tokenizer(), variants, outcomes, {task.task_id: "Competition: Tiny\n"}, sim, CHECK_NAMES,
+                         "short", 2000, 100000, data)
+    assert data.counts["world_model"] == len(variants) * len(CHECK_NAMES)
+    n_lines = 30
+    for i, variant in enumerate(variants):
+        answers = data.examples[i * 8:(i + 1) * 8]
+        verdicts = [parse_verdict(tokenizer().decode(list(a.target_ids), skip_special_tokens=True), c, n_lines)
+                    for a, c in zip(answers, CHECK_NAMES, strict=True)]
+        assert all(v.status == "ok" for v in verdicts)
+        failed = [v.check for v in verdicts if v.failed]
+        assert failed == ([] if variant.kind == "reference" else [failing_check(outcomes[variant.key], CHECK_NAMES)])
+        assert verdicts[-1].confidence == 0.6  # quality = the reference's real score, bug or not
+
+
+def test_held_out_variants_and_too_long_examples_are_left_out(task):
+    variants = make_variants([task], per_task=1, heldout_fraction=0.0)
+    from dataclasses import replace
+
+    from wmrl.world_model.variants import Outcome
+
+    held = [replace(v, heldout=True) for v in variants]
+    ok = {v.key: Outcome("ok", True, 0.6, None, None, "", "", 0.0, "leaderboard") for v in variants}
+    data = SFTData([])
+    sim = SimulatorContext(60, 0, table_runtime())
+    world_model_examples(tokenizer(), held, ok, {task.task_id: "x"}, sim, CHECK_NAMES, "short", 2000, 100000, data)
+    assert data.examples == []
+    world_model_examples(tokenizer(), variants, ok, {task.task_id: "x"}, sim, CHECK_NAMES, "short", 2000, 50, data)
+    assert data.examples == [] and data.skipped["world_model"] == len(variants) * 8

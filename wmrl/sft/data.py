@@ -1,0 +1,168 @@
+"""SFT examples for the tiny default: the agent's reply format and the world model's JSON.
+
+- **policy** (kind ``"agent"``): the first turn's rendered prompt ids (system prompt + task overview, as
+  :class:`~wmrl.agent.policy.AgentPolicy` renders them) -> a reply of 2-4 sentences of analysis, then
+  ONE fenced Python block holding a reference solution of a built-in TRAINING task, then the end of
+  turn. Every reference of every training task, weak ones included, so that sampling at temperature 1
+  spreads over solutions of different strength (the spread GRPO learns from).
+- **world model** (kind ``"world_model"``): each configured check's rendered prompt ids (as
+  :class:`~wmrl.world_model.env.WorldModelEnvironment` renders them) -> the strict JSON that check
+  should answer, derived from the REALLY executed outcome of a reference or a broken variant
+  (:mod:`wmrl.world_model.variants`, :mod:`wmrl.world_model.targets`). Held-out variants are never used.
+
+The prompts are rendered with the same code and config as at run time (prompt styles, checks, overview
+budget, probed sandbox runtime), so the model is trained on exactly what it will be shown. An example
+longer than ``max_tokens`` is skipped and counted (``SFTData.skipped``), never silently truncated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wmrl.agent.chat import ChatTokens
+from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
+from wmrl.world_model.prompts import (
+    SimulatorContext,
+    check_messages,
+    get_checks,
+    simulator_system_prompt,
+)
+from wmrl.world_model.targets import target_json
+from wmrl.world_model.variants import Outcome, Variant
+
+try:  # the SFT engine's record (wmrl/sft/example.py) lands separately
+    from wmrl.sft.example import SFTExample
+except ModuleNotFoundError:  # pragma: no cover - only before the engine is on main
+
+    @dataclass(frozen=True)
+    class SFTExample:  # type: ignore[no-redef]
+        prompt_ids: tuple[int, ...]
+        target_ids: tuple[int, ...]
+        kind: str = "agent"
+
+
+AGENT, WORLD_MODEL = "agent", "world_model"
+_DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
+_MODEL = re.compile(r"^model = (.+)$", re.MULTILINE)
+FEATURE_WORDS = {"all": "all features", "half": "half of the features", "two": "two features",
+                 "one": "a single feature", "pool": "2x2-pooled pixels", "pool4": "4x4-pooled pixels",
+                 "rows": "row-mean profiles", "small": "a small vocabulary", "last": "the last feature"}
+
+
+@dataclass
+class SFTData:
+    examples: list[Any]
+    counts: Counter = field(default_factory=Counter)  # examples per kind
+    skipped: Counter = field(default_factory=Counter)  # too long, per kind
+
+
+def clean_reference(code: str) -> str:
+    """The reference's code as the agent would write it (without the pool's bookkeeping docstring)."""
+    return _DOCSTRING.sub("", code, count=1).lstrip("\n")
+
+
+def analysis_for(task: Any, code: str, note: str = "") -> str:
+    """2-4 sentences: the target and metric, the one model and the features, the plan to submit."""
+    model = _MODEL.search(code)
+    estimator = model.group(1).strip() if model else "a simple model"
+    if len(estimator) > 90:
+        estimator = estimator[:87] + "..."
+    fields = dict(part.split("=", 1) for part in note.split() if "=" in part and not part.startswith("params"))
+    features = FEATURE_WORDS.get(fields.get("features", "all"), "the features")
+    fraction = fields.get("fraction", "1.0")
+    subset = "" if fraction in ("1.0", "1") else f", using {float(fraction):.0%} of the training rows"
+    better = "higher is better" if task.direction == "max" else "lower is better"
+    targets = ", ".join(f"`{c}`" for c in task.target_columns)
+    return (f"The target is {targets} and the metric is {task.metric_name} ({better}). "
+            f"I will fit `{estimator}` on {features}{subset}. "
+            "The script reads DATA_DIR, predicts one row per test id and writes SUBMISSION_PATH in the sample format.")
+
+
+def reply_text(analysis: str, code: str) -> str:
+    return f"{analysis}\n\n```python\n{code.rstrip()}\n```"
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def policy_examples(tokenizer: Any, tasks: Sequence[Any], overviews: Mapping[str, str], context: PromptContext,
+                    prompt_style: str, max_tokens: int, data: SFTData) -> None:
+    chat = ChatTokens(tokenizer)
+    system = system_prompt(context, prompt_style)
+    end = [tokenizer.eos_token_id]
+    for task in tasks:
+        prompt = chat.first_prompt(agent_messages(system, overviews[task.task_id]))
+        for ref in task.reference_solutions():
+            code = clean_reference(ref.code)
+            target = _ids(tokenizer, reply_text(analysis_for(task, code, ref.note), code)) + end
+            _add(data, SFTExample(prompt, target, AGENT), max_tokens)
+
+
+def world_model_examples(tokenizer: Any, variants: Sequence[Variant], outcomes: Mapping[str, Outcome],
+                         overviews: Mapping[str, str], context: SimulatorContext, checks: Sequence[str],
+                         prompt_style: str, max_overview_chars: int, max_tokens: int, data: SFTData) -> None:
+    chat = ChatTokens(tokenizer)
+    system = simulator_system_prompt(context, prompt_style)
+    end = [tokenizer.eos_token_id]
+    for variant in variants:
+        if variant.heldout or variant.key not in outcomes:
+            continue
+        for check in get_checks(list(checks)):
+            messages = check_messages(system, check, overviews[variant.task_id], variant.code, max_overview_chars)
+            answer = target_json(check.name, outcomes[variant.key], variant.reference_score, list(checks))
+            _add(data, SFTExample(chat.first_prompt(messages), _ids(tokenizer, answer) + end, WORLD_MODEL),
+                 max_tokens)
+
+
+def _add(data: SFTData, example: Any, max_tokens: int) -> None:
+    if len(example.prompt_ids) + len(example.target_ids) > max_tokens:
+        data.skipped[example.kind] += 1
+        return
+    data.examples.append(example)
+    data.counts[example.kind] += 1
+
+
+def run_context(cfg: Any, tokenizer_max: int | None = None) -> tuple[PromptContext, SimulatorContext, Any]:
+    """The probed sandbox runtime and the prompt contexts a run with ``cfg`` uses."""
+    from wmrl.sandbox import limits_from_config, make_backend
+    from wmrl.sandbox.probe import probe_runtime
+
+    runtime = probe_runtime(make_backend(cfg.sandbox), limits_from_config(cfg.sandbox))
+    agent = PromptContext(cfg.agent.max_turns, cfg.sandbox.timeout_s, cfg.sandbox.gpus, runtime)
+    simulator = SimulatorContext(cfg.sandbox.timeout_s, cfg.sandbox.gpus, runtime)
+    return agent, simulator, runtime
+
+
+def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = True) -> SFTData:
+    """Every SFT example for the run config ``cfg`` (a :class:`~wmrl.config.WMRLConfig`): the policy's
+    on the training tasks, the world model's on the non-held-out variants (executed once, cached)."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from wmrl.sandbox import limits_from_config, make_backend
+    from wmrl.tasks.overview import task_overview
+    from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.world_model.variants import make_variants, real_outcomes
+
+    root = ensure_builtin_pool(cfg.tasks.root or None, progress=progress)
+    tasks = load_pool(root)
+    overviews = {t.task_id: task_overview(t) for t in tasks}
+    agent_ctx, sim_ctx, _ = run_context(cfg)
+    data = SFTData([])
+    train = [t for t in tasks if t.split == "train"]
+    policy_examples(tokenizer, train, overviews, agent_ctx, cfg.agent.prompt_style, max_tokens, data)
+    wm = cfg.world_model
+    variants = make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
+    sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
+    with tempfile.TemporaryDirectory(prefix="wmrl-variants-") as work:
+        outcomes = real_outcomes(variants, {t.task_id: t for t in tasks}, make_backend(sandbox),
+                                 limits_from_config(sandbox), Path(work), progress=progress)
+    world_model_examples(tokenizer, variants, outcomes, overviews, sim_ctx, wm.checks, wm.prompt_style,
+                         wm.max_overview_chars, max_tokens, data)
+    return data

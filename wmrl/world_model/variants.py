@@ -1,0 +1,207 @@
+"""Reference solutions and broken variants of them, with their REALLY executed outcomes.
+
+The tiny world model learns its JSON from what really happens (``wmrl/sft/data.py``), and is measured
+against it (``scripts/eval_world_model.py``). A variant is a reference solution with one realistic
+mistake; its outcome comes from running it in the sandbox once, cached by content hash, so a rerun
+costs nothing and a changed sandbox or code reruns only what changed. The unmodified references are
+not rerun: their scores come from the real runs the task's leaderboard was built from.
+
+Mutations (each applies only where its anchor line exists; the outcome, not the name, is the label):
+
+==================  =====================================================================
+wrong_column        the target column or one feature name misspelt (KeyError)
+missing_import      the model's ``from sklearn... import`` line removed (NameError)
+not_installed       ``import lightgbm as lgb`` added (missing where the sandbox lacks it)
+wrong_file          ``test.csv`` read as ``test_data.csv`` (FileNotFoundError)
+crash               the training labels or test features cut short (ValueError at fit/predict)
+invalid_submission  the submission frame without its first row, or its ``id`` column renamed
+==================  =====================================================================
+
+A reference is *held out* (kept for evaluation, never used by SFT) when a hash of its name falls in
+the held-out fraction; every reference of a held-out task is held out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl.io import atomic_write_json
+
+MUTATIONS = ("wrong_column", "missing_import", "not_installed", "wrong_file", "crash", "invalid_submission")
+REFERENCE = "reference"
+_TARGET = re.compile(r'^(y_train = train\[")([^"]+)("\].*)$', re.MULTILINE)
+_FEATURES = re.compile(r"^FEATURES = \[('[^']+')", re.MULTILINE)
+_MODEL_IMPORT = re.compile(r"^from sklearn\.\w+(\.\w+)? import .*\n", re.MULTILINE)
+_SUBMIT = re.compile(r'^(pd\.DataFrame\(\{"id": test_ids, [^}]+\}\))(\.to_csv\(SUBMISSION_PATH.*)$', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Variant:
+    task_id: str
+    reference: str  # the reference solution's name
+    kind: str  # "reference" or one of MUTATIONS
+    code: str
+    heldout: bool
+    reference_score: float  # the unmodified reference's real position score (its quality)
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.task_id}\0{self.code}".encode()).hexdigest()[:24]
+
+
+@dataclass
+class Outcome:
+    """What really happened when the variant ran (the fields a world-model verdict is derived from)."""
+
+    status: str  # sandbox status: ok, error, timeout, killed
+    valid: bool
+    score: float  # position score r (0 when invalid)
+    error_type: str | None
+    error_line: int | None
+    error_text: str  # the tail of the traceback, or why the submission is invalid
+    stdout: str
+    seconds: float
+    source: str  # "executed" or "leaderboard" (the reference's recorded real run)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mutate(code: str, kind: str, rng: np.random.Generator) -> str | None:
+    """The variant of ``code`` with mistake ``kind``; None when the reference has no anchor for it."""
+    if kind == "wrong_column":
+        target, features = _TARGET.search(code), _FEATURES.search(code)
+        if features is not None and (target is None or rng.random() < 0.5):
+            name = features.group(1)
+            return code.replace(name, name[:-1] + "_x'", 1)
+        if target is not None:
+            column = target.group(2)
+            wrong = column.capitalize() if column.capitalize() != column else column + "s"
+            return code[: target.start(2)] + wrong + code[target.end(2):]
+        return None
+    if kind == "missing_import":
+        found = list(_MODEL_IMPORT.finditer(code))
+        if not found:
+            return None
+        line = found[int(rng.integers(len(found)))]
+        return code[: line.start()] + code[line.end():]
+    if kind == "not_installed":
+        return code.replace("import numpy as np\n", "import numpy as np\nimport lightgbm as lgb\n", 1) \
+            if "import numpy as np\n" in code else None
+    if kind == "wrong_file":
+        return code.replace('"test.csv"', '"test_data.csv"', 1) if '"test.csv"' in code else None
+    if kind == "crash":
+        if "y_train = " in code and rng.random() < 0.5:
+            return re.sub(r"^(y_train = .*)$", r"\1\ny_train = y_train[:-1]", code, count=1, flags=re.MULTILINE)
+        if "X_test = " in code:
+            return re.sub(r"^(X_test = .*)$", r"\1\nX_test = X_test[:, 1:]", code, count=1, flags=re.MULTILINE)
+        return None
+    if kind == "invalid_submission":
+        submit = _SUBMIT.search(code)
+        if submit is None:
+            return None
+        frame = submit.group(1)
+        broken = frame + ".iloc[1:]" if rng.random() < 0.5 else frame.replace('{"id":', '{"ID":', 1)
+        return code[: submit.start()] + broken + submit.group(2) + code[submit.end():]
+    raise ValueError(f"unknown mutation {kind!r}; allowed: {', '.join(MUTATIONS)}")
+
+
+def _held_out(name: str, fraction: float) -> bool:
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
+
+
+def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.25, seed: int = 0) -> list[Variant]:
+    """For each task, ``per_task`` references spread over the leaderboard, each unmodified and with
+    every mutation that applies. Deterministic in (tasks, per_task, heldout_fraction, seed)."""
+    out: list[Variant] = []
+    for task in tasks:
+        refs = task.reference_solutions()
+        if not refs:
+            continue
+        picks = np.unique(np.linspace(0, len(refs) - 1, min(per_task, len(refs))).round().astype(int))
+        for index in picks:
+            ref = refs[int(index)]
+            code = ref.code
+            heldout = task.split != "train" or _held_out(f"{task.task_id}/{ref.name}", heldout_fraction)
+            out.append(Variant(task.task_id, ref.name, REFERENCE, code, heldout, ref.position_score))
+            task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
+            rng = np.random.default_rng([seed, task_seed, int(index)])
+            for kind in MUTATIONS:
+                mutated = mutate(code, kind, rng)
+                if mutated is not None and mutated != code:
+                    out.append(Variant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
+    return out
+
+
+def _error_location(traceback_text: str) -> tuple[str | None, int | None]:
+    lines = [ln for ln in traceback_text.strip().splitlines() if ln.strip()]
+    error_type = None
+    if lines:
+        match = re.match(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)|[A-Za-z_]\w*Error)\b", lines[-1])
+        error_type = match.group(1).split(".")[-1] if match else None
+    found = re.findall(r'File "solution\.py", line (\d+)', traceback_text)
+    return error_type, int(found[-1]) if found else None
+
+
+def _tail(text: str, chars: int) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= chars else "[...]\n" + text[-chars:]
+
+
+def outcome_of_execution(outcome: Any) -> Outcome:
+    """An :class:`~wmrl.execution.ExecutionOutcome` reduced to what a verdict needs."""
+    result, grade = outcome.result, outcome.grade
+    if result.status == "ok":
+        error_type, line, text = (None, None, "") if grade.valid else ("InvalidSubmission", None, grade.reason)
+    else:
+        tb = result.traceback or result.stderr_tail or ""
+        error_type, line = _error_location(tb)
+        if result.status in ("timeout", "killed"):
+            error_type = error_type or ("TimeoutError" if result.status == "timeout" else "MemoryError")
+        text = _tail(tb, 600) or f"status {result.status}"
+    return Outcome(result.status, bool(grade.valid), float(grade.position_score if grade.valid else 0.0),
+                   error_type, line, text, _tail(result.stdout_tail, 300), float(outcome.total_seconds), "executed")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("WMRL_CACHE") or Path.home() / ".cache" / "wmrl") / "outcomes"
+
+
+def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, limits: Any,
+                  work_root: Path, workers: int = 2, progress: bool = False) -> dict[str, Outcome]:
+    """Each variant's real outcome by ``variant.key``: references from their leaderboard run, the rest
+    executed in ``backend`` (``workers`` at once) unless the cache already holds them."""
+    from wmrl.execution import execute_and_grade
+
+    cache = cache_dir() / f"{backend.name}-{limits.timeout_s:g}s"
+    cache.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Outcome] = {}
+    todo = []
+    for v in variants:
+        if v.kind == REFERENCE:
+            results[v.key] = Outcome("ok", True, v.reference_score, None, None, "", "", 0.0, "leaderboard")
+        elif (cache / f"{v.key}.json").is_file():
+            results[v.key] = Outcome(**json.loads((cache / f"{v.key}.json").read_text()))
+        else:
+            todo.append(v)
+
+    def run(v: Variant) -> tuple[str, Outcome]:
+        outcome = outcome_of_execution(execute_and_grade(tasks[v.task_id], v.code, backend, limits, work_root))
+        atomic_write_json(cache / f"{v.key}.json", outcome.to_dict())
+        return v.key, outcome
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for done, (key, outcome) in enumerate(pool.map(run, todo), 1):
+            results[key] = outcome
+            if progress and (done % 20 == 0 or done == len(todo)):
+                print(f"executed {done}/{len(todo)} variants", flush=True)
+    return results
