@@ -6,6 +6,10 @@
    parallel on this machine, and the speed-up over k = 1.
 
     python benchmarks/bench_sandbox.py [--repeats 15] [--jobs 8] [--out results]
+
+``--quota`` instead measures how far the disk and memory watchdogs let a solution overshoot
+(bwrap; mean and standard error over ``--repeats`` runs) and what one disk walk costs for trees of
+1k-100k files -> ``results/bench_sandbox_quota.{json,md}`` (``benchmarks/bench_sandbox_quota.py``).
 """
 
 from __future__ import annotations
@@ -118,7 +122,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--jobs", type=int, default=8, help="executions per throughput measurement")
     parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--quota", action="store_true", help="measure the quota watchdogs instead")
     args = parser.parse_args()
+    if args.quota:
+        from bench_sandbox_quota import run_quota_bench
+
+        return run_quota_bench(args.repeats, args.out)
 
     with tempfile.TemporaryDirectory(prefix="wmrl-bench-") as tmp:
         tmp_path = Path(tmp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from wmrl.sandbox.disk import DiskWatch, deleted_but_held, tree_usage
@@ -85,3 +86,15 @@ def test_writable_tmpfs_mounts_are_read_from_mountinfo() -> None:
         os.makedev(0, 46): "/dev/shm",
         os.makedev(0, 48): "/my scratch",
     }
+
+
+def test_writing_the_remaining_quota_makes_a_walk_due_at_once(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    watch = DiskWatch([tmp_path / "work"], quota_mb=2, max_files=100)
+    me = [os.getpid()]
+    watch.due(time.monotonic(), me)  # first sight of this process: its past writes
+    assert watch.check(me) is None  # a walk: nothing written since
+    watch.next_at = time.monotonic() + 3600  # the next timed walk is far away
+    assert not watch.due(time.monotonic(), me)
+    _write(tmp_path / "elsewhere.bin", 3)  # 3 MB written: could have filled the 2 MB headroom
+    assert watch.due(time.monotonic(), me)

@@ -12,7 +12,10 @@ directories instead, every poll, and kills the execution once it is over:
 * a file the solution deleted but still holds open or mapped counts too (``/proc/PID/fd`` and
   ``/proc/PID/maps`` of its processes, on the devices of its directories);
 * the walk stops as soon as either bound is passed, so it costs at most ``max_files`` entries, and
-  a walk that took long spaces the next one out (the supervisor spends at most ~1/BACKOFF of a core).
+  a walk that took long spaces the next one out (the supervisor spends at most ~1/BACKOFF of a
+  core) -- unless the processes' write counters (``/proc/PID/io``) say they wrote enough since the
+  last walk to have used up what was left of the quota: then it walks at once. Writing is the only
+  way to fill a disk fast, so a fast writer is looked at often however large its tree is.
 
 It is a watchdog, not a kernel quota: between two walks the solution can write at disk speed, so
 it overshoots by (write rate x interval); ``RLIMIT_FSIZE`` (set to at most the quota) bounds any
@@ -30,7 +33,7 @@ from pathlib import Path
 
 MB = 1024 * 1024
 MIN_INTERVAL_S = 0.05  # walk at most this often ...
-BACKOFF = 5.0  # ... and wait at least BACKOFF x the last walk's cost before the next one
+BACKOFF = 10.0  # ... and wait at least BACKOFF x the last walk's cost, unless much was written
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,16 @@ def _deleted_mapped(pid: int, devices: set[int], seen: set[tuple[int, int]]) -> 
     return total
 
 
+def _io_bytes(pid: int) -> int | None:
+    """Bytes ``pid`` has written so far: write() calls (``wchar``) or pages it dirtied (mmap)."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        return max(int(fields[b"wchar"]), int(fields[b"write_bytes"]))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 class DiskWatch:
     """The supervisor's disk check: ``check`` says why the execution is over its quota, or None."""
 
@@ -156,9 +169,18 @@ class DiskWatch:
         self.next_at = 0.0
         self.peak_bytes = 0
         self.peak_files = 0
+        self.headroom = self.quota_bytes  # what was left of the quota at the last walk
+        self.written = 0  # bytes the processes wrote since the last walk
+        self.io_seen: dict[int, int] = {}
 
-    def due(self, now: float) -> bool:
-        return now >= self.next_at
+    def due(self, now: float, pids: Iterable[int] = ()) -> bool:
+        """Time for a walk: the interval passed, or enough was written to use up the headroom."""
+        for pid in pids:
+            current = _io_bytes(pid)
+            if current is not None:
+                self.written += max(0, current - self.io_seen.get(pid, 0))
+                self.io_seen[pid] = current
+        return now >= self.next_at or self.written >= self.headroom
 
     def check(self, pids: Iterable[int] = ()) -> str | None:
         start = time.monotonic()
@@ -167,6 +189,7 @@ class DiskWatch:
         self.next_at = time.monotonic() + max(MIN_INTERVAL_S, BACKOFF * (time.monotonic() - start))
         self.peak_bytes = max(self.peak_bytes, used)
         self.peak_files = max(self.peak_files, usage.files)
+        self.headroom, self.written = self.quota_bytes - used, 0
         if usage.problem:
             return usage.problem
         if used > self.quota_bytes:

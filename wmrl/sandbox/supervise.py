@@ -135,7 +135,7 @@ def supervise(
             cpu_seen = max(cpu_seen, cpu_seconds(pids))
             if used.total_mb > limits.memory_mb:
                 reason, detail = "memory", _memory_detail(used.total_mb, used.tmpfs_mb, limits)
-        if reason == "exited" and disk is not None and disk.due(now):
+        if reason == "exited" and disk is not None and disk.due(now, pids):
             over = disk.check(pids)
             if over:
                 reason, detail = "disk_quota", over
