@@ -6,8 +6,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from wmrl.sandbox.disk import DiskWatch, deleted_but_held, tree_usage
 from wmrl.sandbox.memory import tmpfs_mounts
+from wmrl.world_model.prompts import CHECK_NAMES
+from wmrl.world_model.targets import failing_check
+from wmrl.world_model.variants import Outcome
 
 MB = 1 << 20
 
@@ -98,3 +103,12 @@ def test_writing_the_remaining_quota_makes_a_walk_due_at_once(tmp_path: Path) ->
     assert not watch.due(time.monotonic(), me)
     _write(tmp_path / "elsewhere.bin", 3)  # 3 MB written: could have filled the 2 MB headroom
     assert watch.due(time.monotonic(), me)
+
+
+@pytest.mark.parametrize("status", ["timeout", "memory", "disk_quota", "killed"])
+def test_a_solution_stopped_at_a_limit_is_a_compute_failure_for_the_world_model(
+    status: str,
+) -> None:
+    """The sandbox's limit statuses reach the world model's training targets as the compute check."""
+    outcome = Outcome(status, False, 0.0, None, None, "", "", 1.0, "executed")
+    assert failing_check(outcome, CHECK_NAMES) == "compute"

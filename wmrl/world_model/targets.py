@@ -29,7 +29,7 @@ def failing_check(outcome: Outcome, checks: list[str] | tuple[str, ...]) -> str 
     """The configured check that should fail for ``outcome`` (None when it produced a valid submission)."""
     if outcome.valid:
         return None
-    if outcome.status in ("timeout", "killed"):
+    if outcome.status in ("timeout", "memory", "disk_quota", "killed"):  # resource limits
         wanted = "compute"
     elif outcome.status == "ok":
         wanted = "submission"

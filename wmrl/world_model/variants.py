@@ -62,7 +62,7 @@ class Variant:
 class Outcome:
     """What really happened when the variant ran (the fields a world-model verdict is derived from)."""
 
-    status: str  # sandbox status: ok, error, timeout, killed
+    status: str  # sandbox status: ok, error, timeout, memory, disk_quota, killed
     valid: bool
     score: float  # position score r (0 when invalid)
     error_type: str | None
@@ -165,8 +165,9 @@ def outcome_of_execution(outcome: Any) -> Outcome:
     else:
         tb = result.traceback or result.stderr_tail or ""
         error_type, line = _error_location(tb)
-        if result.status in ("timeout", "killed"):
-            error_type = error_type or ("TimeoutError" if result.status == "timeout" else "MemoryError")
+        if result.status in ("timeout", "memory", "disk_quota", "killed"):  # stopped at a limit
+            limit_error = {"timeout": "TimeoutError", "disk_quota": "DiskQuotaExceeded"}
+            error_type = error_type or limit_error.get(result.status, "MemoryError")
         text = _tail(tb, 600) or f"status {result.status}"
     return Outcome(result.status, bool(grade.valid), float(grade.position_score if grade.valid else 0.0),
                    error_type, line, text, _tail(result.stdout_tail, 300), float(outcome.total_seconds), "executed")
