@@ -21,8 +21,11 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from wmrl.agent.config import AgentConfig
 from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.generation.config import GenerationConfig, SamplingConfig
+from wmrl.models.config import ModelConfig
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.sandbox.config import SandboxConfig
+from wmrl.sft.config import SFTConfig
 from wmrl.simulate.config import SimulatorConfig
 from wmrl.tasks.config import TasksConfig
 from wmrl.tracking.config import TrackingConfig
@@ -95,7 +98,10 @@ class AlgorithmConfig:
 # --------------------------------------------------------------------------- the whole run
 # Each part of the package owns its own section (it imports only wmrl.config_checks).
 
-SECTIONS = ("algorithm", "simulator", "tasks", "sandbox", "launch", "tracking", "agent", "world_model")
+SECTIONS = (
+    "algorithm", "simulator", "tasks", "sandbox", "launch", "tracking", "agent", "world_model",
+    "model", "sampling", "generation", "sft",
+)
 
 
 @dataclass
@@ -113,6 +119,10 @@ class WMRLConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     world_model: WorldModelConfig = field(default_factory=WorldModelConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
 
     def validate(self) -> None:
         if not self.run_name or "/" in self.run_name:

@@ -19,3 +19,16 @@ class IntermixedParser(argparse.ArgumentParser):
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self._inside = False
+
+
+def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """``[CONFIG] [key=value ...]``: the first argument is the config file unless it is an override."""
+    from wmrl.config import ConfigError
+
+    config = None
+    if args and "=" not in args[0]:
+        config, args = args[0], args[1:]
+    stray = [a for a in args if "=" not in a]
+    if stray:
+        raise ConfigError(f"expected key=value overrides after the config file, got: {' '.join(stray)}")
+    return config, args

@@ -27,6 +27,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "worker",
     "status",
     "cancel",
+    "model",
+    "sft",
 )
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import IntermixedParser
+from wmrl.cli.args import IntermixedParser, split_config_args
 from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config, to_flat_dict
 from wmrl.simulate.scenarios import SCENARIOS, get_scenario
 
@@ -34,16 +34,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--workers", type=int, default=2, help="parallel processes (default 2)")
     p.set_defaults(func=run)
-
-
-def _split(args: list[str]) -> tuple[str | None, list[str]]:
-    config = None
-    if args and "=" not in args[0]:
-        config, args = args[0], args[1:]
-    stray = [a for a in args if "=" not in a]
-    if stray:
-        raise ConfigError(f"expected key=value overrides after the config file, got: {' '.join(stray)}")
-    return config, args
 
 
 def _track(cfg: WMRLConfig, scenario: str, results: list[Any], plots: list[Path]) -> None:
@@ -89,7 +79,7 @@ def run_one(cfg: WMRLConfig, scenario: str, variants: list[str], seeds: int, out
 
 
 def run(args: argparse.Namespace) -> int:
-    config, overrides = _split(args.args)
+    config, overrides = split_config_args(args.args)
     try:
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
         from wmrl.simulate.sweep import check_variants

@@ -1,0 +1,120 @@
+"""The SFT engine: packing is exact, the loss falls, results are cached and resumable."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from models_support import build_tiny, chat_examples
+from safetensors.torch import load_file
+
+from wmrl.models.cache import MARKER
+from wmrl.models.loading import load_causal_lm, load_tokenizer
+from wmrl.sft import engine
+from wmrl.sft.config import SFTConfig
+from wmrl.sft.engine import StopTraining, run_sft
+from wmrl.sft.example import SFTExample, build_row, pack_rows
+
+# One thread: on a shared 2-core machine OpenMP threads spinning against other jobs cost more than they give.
+FAST = SFTConfig(lr=1e-2, epochs=12, rows_per_step=1, warmup_steps=2, checkpoint_every=0, threads=1)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def examples(base):
+    return chat_examples(load_tokenizer(base))
+
+
+def test_packed_row_loss_equals_the_examples_one_by_one(base, examples):
+    model = load_causal_lm(base)
+    rows = pack_rows(examples, max_tokens=4096, seed=0)
+    assert any(len(r.members) > 1 for r in rows)  # the prompt really is shared
+    packed_total = torch.tensor(0.0)
+    with torch.no_grad():
+        for row in rows:
+            packed = build_row(row, examples)
+            losses = engine._row_loss(model, packed)
+            packed_total += losses.sum()
+        alone = torch.tensor(0.0)
+        for ex in examples:
+            ids = torch.tensor([list(ex.prompt_ids + ex.target_ids)])
+            logits = model(input_ids=ids).logits[0, len(ex.prompt_ids) - 1: -1]
+            alone += torch.nn.functional.cross_entropy(logits, ids[0, len(ex.prompt_ids):], reduction="sum")
+    assert torch.allclose(packed_total, alone, rtol=1e-5)
+
+
+def test_rows_hold_every_example_once_and_respect_the_token_limit(examples):
+    limit = len(examples[0].prompt_ids) + 2 * max(len(e.target_ids) for e in examples)
+    rows = pack_rows(examples, max_tokens=limit, seed=3)
+    members = sorted(i for row in rows for i in row.members)
+    assert members == list(range(len(examples)))
+    assert all(row.length(examples) <= limit for row in rows)
+    assert pack_rows(examples, limit, seed=3) == rows  # a pure function of the seed
+
+
+def test_an_example_longer_than_a_row_is_refused_with_the_key_to_raise():
+    long = SFTExample(list(range(10)), list(range(10)), "world_model")
+    with pytest.raises(ValueError, match=r"example 0 \(world_model\).*sft.pack_tokens=16"):
+        pack_rows([long], max_tokens=16, seed=0)
+
+
+def test_sft_loss_decreases(base, examples, tmp_path):
+    out, trained = run_sft(base, examples, FAST, cache_dir=str(tmp_path), progress=False)
+    import json
+
+    facts = json.loads((out / MARKER).read_text())
+    assert trained and facts["steps"] == FAST.epochs * len(pack_rows(examples, FAST.pack_tokens, 0))
+    assert facts["final_epoch_loss"]["loss/agent"] < 0.6 * facts["first_loss"]
+
+
+def test_sft_output_is_a_loadable_hf_directory_with_the_base_tokenizer(base, examples, tmp_path):
+    out, _ = run_sft(base, examples, FAST, cache_dir=str(tmp_path), progress=False)
+    assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+    model = load_causal_lm(out)
+    trained = load_file(str(out / "model.safetensors"))
+    initial = load_file(str(base / "model.safetensors"))
+    assert any(not torch.equal(trained[k], initial[k]) for k in initial)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+
+
+def test_sft_cache_hit_skips_training(base, examples, tmp_path, monkeypatch):
+    first, trained = run_sft(base, examples, FAST, cache_dir=str(tmp_path), progress=False)
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("training ran on a cache hit")
+
+    monkeypatch.setattr(engine, "train", must_not_train)
+    again, trained_again = run_sft(base, examples, replace(FAST, threads=1, checkpoint_every=5),
+                                   cache_dir=str(tmp_path), progress=False)
+    assert (trained, trained_again) == (True, False) and again == first
+
+
+def test_changed_examples_or_hyperparameters_miss_the_cache(base, examples, tmp_path):
+    short = replace(FAST, epochs=1)
+    a, _ = run_sft(base, examples, short, cache_dir=str(tmp_path), progress=False)
+    b, trained_b = run_sft(base, examples[:-1], short, cache_dir=str(tmp_path), progress=False)
+    c, trained_c = run_sft(base, examples, replace(short, lr=1e-3), cache_dir=str(tmp_path), progress=False)
+    assert trained_b and trained_c and len({a, b, c}) == 3
+
+
+def test_a_stopped_sft_resumes_and_ends_with_the_uninterrupted_weights(base, examples, tmp_path):
+    cfg = replace(FAST, epochs=4, checkpoint_every=3)
+    straight, _ = run_sft(base, examples, cfg, cache_dir=str(tmp_path / "a"), progress=False)
+    with pytest.raises(StopTraining):
+        run_sft(base, examples, cfg, cache_dir=str(tmp_path / "b"), progress=False, stop_after=7)
+    work = [p for p in (tmp_path / "b" / "sft").iterdir() if p.name.startswith(".work-")]
+    assert len(work) == 1 and (work[0] / "checkpoint.pt").is_file()
+    assert not [p for p in (tmp_path / "b" / "sft").iterdir() if p.name.startswith("sft-")]  # nothing half-written
+    resumed, trained = run_sft(base, examples, cfg, cache_dir=str(tmp_path / "b"), progress=False)
+    import json
+
+    assert trained and json.loads((resumed / MARKER).read_text())["resumed_at_step"] == 6
+    a, b = load_file(str(straight / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not work[0].exists()  # the checkpoints are removed once the result is in place

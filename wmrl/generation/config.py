@@ -1,0 +1,78 @@
+"""Config sections ``sampling`` (how tokens are drawn) and ``generation`` (which engine draws them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # loading a config must not import torch
+    from wmrl.generation.base import SamplingParams
+
+BACKENDS = ("transformers", "vllm")
+DEVICES = ("auto", "cpu", "cuda")
+WEIGHT_TRANSFER = ("auto", "ipc", "nccl")
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass
+class SamplingConfig:
+    """The policy's sampling settings (paper, Appendix D: temperature 1.0, top-p 1.0, 4096 tokens per turn)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512  # per turn; the tiny default's replies are a few hundred tokens
+    seed: int = 0
+
+    def params(self) -> SamplingParams:
+        from wmrl.generation.base import SamplingParams
+
+        return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, self.seed)
+
+    def validate(self, prefix: str = "sampling") -> None:
+        from wmrl.config_checks import check_range
+
+        check_range(f"{prefix}.temperature", self.temperature, 0.0)
+        check_range(f"{prefix}.top_p", self.top_p, 0.0, 1.0, low_open=True)
+        check_range(f"{prefix}.max_new_tokens", self.max_new_tokens, 1)
+        check_range(f"{prefix}.seed", self.seed, 0)
+
+
+@dataclass
+class VLLMConfig:
+    """vLLM engine settings (``generation.backend=vllm``, GPU clusters)."""
+
+    # How the learner's weights reach vLLM after each step: "ipc" when vLLM shares the learner's GPU
+    # (CUDA IPC handles, no copy), "nccl" when it runs on other GPUs; "auto" picks ipc when the
+    # learner and vLLM share devices.
+    weight_transfer: str = "auto"
+    gpu_memory_utilization: float = 0.4  # the learner shares the GPU in the colocated (ipc) setting
+    tensor_parallel_size: int = 1
+    max_model_len: int = 16384  # prompt + all turns; the paper's world model reads 12k
+    dtype: str = "bfloat16"
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True  # a group's n trajectories share their prompt
+
+    def validate(self, prefix: str) -> None:
+        from wmrl.config_checks import check_choice, check_range
+
+        check_choice(f"{prefix}.weight_transfer", self.weight_transfer, WEIGHT_TRANSFER)
+        check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
+        check_range(f"{prefix}.tensor_parallel_size", self.tensor_parallel_size, 1)
+        check_range(f"{prefix}.max_model_len", self.max_model_len, 16)
+        check_choice(f"{prefix}.dtype", self.dtype, VLLM_DTYPES)
+
+
+@dataclass
+class GenerationConfig:
+    backend: str = "transformers"  # "transformers" (CPU, GPU fallback) or "vllm" (GPU, `gpu` extra)
+    device: str = "auto"  # transformers backend: "auto" = cuda when available, else cpu
+    batch_size: int = 16  # transformers backend: prompts decoded together
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+
+    def validate(self, prefix: str = "generation") -> None:
+        from wmrl.config_checks import check_choice, check_range
+
+        check_choice(f"{prefix}.backend", self.backend, BACKENDS)
+        check_choice(f"{prefix}.device", self.device, DEVICES)
+        check_range(f"{prefix}.batch_size", self.batch_size, 1)
+        self.vllm.validate(f"{prefix}.vllm")

@@ -1,0 +1,39 @@
+"""Config section ``sft``: the supervised warm start's hyperparameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Keys that change how the run is executed, not what it computes: left out of the cache key.
+NOT_HASHED = ("checkpoint_every", "threads", "out")
+
+
+@dataclass
+class SFTConfig:
+    lr: float = 2e-3  # peak AdamW learning rate (tiny models from scratch want a large one)
+    min_lr_ratio: float = 0.1  # cosine decay down to lr * min_lr_ratio
+    warmup_steps: int = 10
+    epochs: int = 8
+    rows_per_step: int = 4  # packed rows accumulated into one optimizer step
+    pack_tokens: int = 2048  # at most this many tokens per row (one prompt + the targets sharing it)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 20  # optimizer steps between resumable checkpoints (0 = never)
+    threads: int = 0  # torch CPU threads; 0 = torch's default
+    # Output directory; "" = <model.cache_dir>/sft/sft-<hash> (cached by content hash).
+    out: str = ""
+
+    def validate(self, prefix: str = "sft") -> None:
+        from wmrl.config_checks import check_range
+
+        check_range(f"{prefix}.lr", self.lr, 0.0, low_open=True)
+        check_range(f"{prefix}.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0)
+        check_range(f"{prefix}.epochs", self.epochs, 1)
+        check_range(f"{prefix}.rows_per_step", self.rows_per_step, 1)
+        check_range(f"{prefix}.pack_tokens", self.pack_tokens, 16)
+        check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0)
+        check_range(f"{prefix}.grad_clip", self.grad_clip, 0.0)
+        check_range(f"{prefix}.checkpoint_every", self.checkpoint_every, 0)
+        check_range(f"{prefix}.threads", self.threads, 0)
