@@ -29,6 +29,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "cancel",
     "model",
     "sft",
+    "rollouts",
 )
 
 
