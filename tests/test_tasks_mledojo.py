@@ -5,7 +5,9 @@ import shutil
 import pandas as pd
 import pytest
 
+from wmrl.execution import format_feedback
 from wmrl.grading.grader import grade_submission
+from wmrl.sandbox.base import ExecutionResult
 from wmrl.tasks.fixtures import MLEDOJO, make_mledojo_competition
 from wmrl.tasks.layouts import LoadOptions, load_task
 from wmrl.tasks.metric_source import read_metric_source
@@ -149,3 +151,14 @@ def test_broken_layout_error_names_the_file_and_what_to_do(tmp_path, breakage, m
     breakage(comp)
     with pytest.raises(TaskError, match=message):
         load_task(comp)
+
+
+def test_feedback_names_the_position_on_both_boards(tmp_path):
+    task = load_task(make_mledojo_competition(tmp_path, SPOOKY))
+    probs = [[0.6 if a else 0.2 for a in task.answers()[c]] for c in task.target_columns]
+    grade = grade_submission(task, _submit(tmp_path, task, probs))
+    result = ExecutionResult("ok", 0, 1.0, 1.0, 10.0, "", "", None, str(tmp_path / "submission.csv"))
+    text = format_feedback(result, grade)
+    private, public = grade.boards["private"], grade.boards["public"]
+    assert (f"Position {private['position']} of 1241 on the private leaderboard, Position {public['position']} of "
+            f"1241 on the public leaderboard (Position Score {grade.position_score:.3f}, their mean)") in text

@@ -86,9 +86,13 @@ def format_feedback(result: ExecutionResult, grade: Grade, timeout_s: float | No
     lines.append("--- result ---")
     if grade.valid:
         better = "higher is better" if grade.direction == MAXIMIZE else "lower is better"
+        where = f"Position {grade.position} of {grade.leaderboard_size} on the leaderboard"
+        if len(grade.boards) > 1:  # MLE-Dojo: the score is the mean over its private and public boards
+            where = ", ".join(f"Position {int(b['position'])} of {int(b['size'])} on the {name} leaderboard"
+                              for name, b in grade.boards.items())
         lines.append(
-            f"Valid submission. Position {grade.position} of {grade.leaderboard_size} on the leaderboard "
-            f"(Position Score {grade.position_score:.3f}). Raw Score: {grade.raw_score:.6g} "
+            f"Valid submission. {where} (Position Score {grade.position_score:.3f}"
+            f"{', their mean' if len(grade.boards) > 1 else ''}). Raw Score: {grade.raw_score:.6g} "
             f"({grade.metric}, {better})."
         )
     else:

@@ -127,5 +127,6 @@ def read_leaderboard(path: Path, direction: str, tie_tolerance: float = 0.0) -> 
         scores.append(value)
     if not any(math.isfinite(s) for s in scores):
         raise LeaderboardError(f"{path}: column '{column}' has no scores (header only, or every row empty); "
-                               "a leaderboard needs at least one scored row")
+                               "copy the full board from the benchmark's repository (MLE-Dojo: "
+                               "mledojo/competitions/<comp>/info/; MLE-bench: git lfs pull)")
     return Leaderboard.from_scores(scores, direction, tie_tolerance)
