@@ -113,3 +113,14 @@ def test_tasks_list_and_exec_honour_competitions_dir(tmp_path, capsys):
                         " os.environ['SUBMISSION_PATH'])\n")
     assert main(["exec", SPOOKY, str(solution), *overrides, "--backend", "subprocess"]) == 0
     assert "Valid submission" in capsys.readouterr().out
+
+
+def test_launch_preflight_loads_the_pool_with_competitions_dir(tmp_path):
+    from wmrl.config import load_config
+    from wmrl.orchestration.preflight import PreflightError, check_tasks_root
+
+    make_mlebench_competition(tmp_path / "data", SPOOKY)
+    root = f"tasks.root={tmp_path / 'data'}"
+    check_tasks_root(load_config(None, [root, f"tasks.competitions_dir={FIXTURES / 'mlebench'}"]))
+    with pytest.raises(PreflightError, match=r"missing MLE-bench config\.yaml"):
+        check_tasks_root(load_config(None, [root]))

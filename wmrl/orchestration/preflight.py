@@ -54,11 +54,12 @@ def check_tasks_root(cfg: WMRLConfig) -> None:
     """A configured ``tasks.root`` loads as a task pool (the built-in default is built on first use)."""
     if not cfg.tasks.root:
         return
+    from wmrl.tasks.layouts import LoadOptions
     from wmrl.tasks.pool import load_pool
     from wmrl.tasks.task import TaskError
 
-    try:
-        load_pool(Path(cfg.tasks.root).expanduser())
+    try:  # as the coordinator and workers will load it: MLE-bench/MLE-Dojo pools need competitions_dir
+        load_pool(Path(cfg.tasks.root).expanduser(), cfg.tasks.split, LoadOptions.from_config(cfg.tasks))
     except TaskError as err:
         raise PreflightError(f"tasks.root={cfg.tasks.root!r}: {err}") from None
 
