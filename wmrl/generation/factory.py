@@ -1,0 +1,19 @@
+"""The generator a run uses, from its ``generation`` config section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wmrl.generation.base import Generator
+from wmrl.generation.config import GenerationConfig
+
+
+def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float32") -> Generator:
+    """``transformers`` (CPU, or one GPU as a fallback) or ``vllm`` (GPU clusters, the ``gpu`` extra)."""
+    if cfg.backend == "vllm":
+        from wmrl.generation.vllm_engine import VLLMGenerator
+
+        return VLLMGenerator(str(path), cfg.vllm)
+    from wmrl.generation.hf import TransformersGenerator
+
+    return TransformersGenerator.from_path(str(path), dtype=dtype, device=cfg.device, batch_size=cfg.batch_size)
