@@ -22,6 +22,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 from wmrl.agent.config import AgentConfig
 from wmrl.config_checks import ConfigError, check_choice, check_range
 from wmrl.generation.config import GenerationConfig, SamplingConfig
+from wmrl.learner.config import LearnerConfig
 from wmrl.models.config import ModelConfig
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.sandbox.config import SandboxConfig
@@ -100,7 +101,7 @@ class AlgorithmConfig:
 
 SECTIONS = (
     "algorithm", "simulator", "tasks", "sandbox", "launch", "tracking", "agent", "world_model",
-    "model", "sampling", "generation", "sft",
+    "model", "sampling", "generation", "sft", "learner",
 )
 
 
@@ -123,6 +124,7 @@ class WMRLConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
 
     def validate(self) -> None:
         if not self.run_name or "/" in self.run_name:

@@ -30,6 +30,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "model",
     "sft",
     "rollouts",
+    "export",
 )
 
 

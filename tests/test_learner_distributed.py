@@ -1,0 +1,107 @@
+"""Data parallelism and exact resume, each in real processes: ``torchrun`` with 2 CPU ranks over gloo,
+and plain ``python`` for the one-rank reference (DeepSpeed's own launch path, nothing simulated)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from learner_support import tiny_model_dir
+from safetensors.torch import load_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SCRIPT = Path(__file__).with_name("learner_script.py")
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run(args: list[str], ranks: int = 1) -> None:
+    # This pytest process may hold a learner of its own: its launch variables must not leak.
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    launcher = [sys.executable]
+    if ranks > 1:
+        launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                     f"--master_port={_free_port()}"]
+    proc = subprocess.run([*launcher, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=800, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    return torch.load(path), json.loads(Path(str(path) + ".json").read_text())
+
+
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_two_ranks_give_the_update_of_one_rank_with_accumulation(
+    model_dir: Path, tmp_path: Path, zero_stage: int
+) -> None:
+    # Plain SGD with lr 1: each update is the (clipped) gradient itself, compared to float tolerance.
+    # (Adam's first step, lr * g/|g|, would amplify float noise where g is ~0 into lr-sized flips.)
+    common = ["--model", str(model_dir), "--zero-stage", str(zero_stage), "--updates", "2", "--micro", "2",
+              "--optimizer", "sgd", "--lr", "1.0"]
+    _run([*common, "--out", str(tmp_path / "one.pt")])
+    _run([*common, "--out", str(tmp_path / "two.pt")], ranks=2)
+    one, one_meta = _load(tmp_path / "one.pt")
+    two, two_meta = _load(tmp_path / "two.pt")
+    assert (one_meta["world_size"], two_meta["world_size"]) == (1, 2)
+    # one rank: 12 trajectories in 6 micro-batches; two ranks: 3 each
+    assert [m["learner/micro_batches"] for m in one_meta["metrics"]] == [6, 6]
+    assert [m["learner/micro_batches"] for m in two_meta["metrics"]] == [3, 3]
+    for a, b in zip(one_meta["metrics"], two_meta["metrics"], strict=True):
+        assert a["learner/tokens"] == b["learner/tokens"]
+        assert a["learner/loss"] == pytest.approx(b["learner/loss"], rel=1e-5, abs=1e-7)
+    initial = load_file(model_dir / "model.safetensors")
+    for name in one:
+        moved = (one[name] - initial[name]).abs().max()
+        assert moved > 0, name
+        # float32 rounding of weights ~1.0 (the norms) is ~1e-7
+        assert (one[name] - two[name]).abs().max() <= 1e-4 * moved + 2e-7, name
+
+
+def test_resume_from_a_checkpoint_in_a_fresh_process_is_bit_identical(model_dir: Path, tmp_path: Path) -> None:
+    common = ["--model", str(model_dir), "--updates", "3", "--micro", "2"]
+    _run([*common, "--out", str(tmp_path / "straight.pt")])
+    ckpts = tmp_path / "ckpts"
+    _run([*common, "--out", str(tmp_path / "first.pt"), "--ckpt-root", str(ckpts), "--save-after", "1"])
+    _run([*common, "--out", str(tmp_path / "resumed.pt"), "--resume", str(ckpts / "step-00000001")])
+    straight, straight_meta = _load(tmp_path / "straight.pt")
+    resumed, resumed_meta = _load(tmp_path / "resumed.pt")
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+    timing = ("learner/seconds", "learner/peak_memory_mb")
+    same = [{k: v for k, v in m.items() if k not in timing} for m in resumed_meta["metrics"]]
+    assert same == [{k: v for k, v in m.items() if k not in timing} for m in straight_meta["metrics"][1:]]
+
+
+def test_two_ranks_resume_their_zero_partitions_bit_identically(model_dir: Path, tmp_path: Path) -> None:
+    common = ["--model", str(model_dir), "--updates", "2", "--micro", "1"]
+    _run([*common, "--out", str(tmp_path / "straight.pt")], ranks=2)
+    ckpts = tmp_path / "ckpts"
+    _run([*common, "--out", str(tmp_path / "first.pt"), "--ckpt-root", str(ckpts), "--save-after", "1"], ranks=2)
+    assert sorted(p.name for p in (ckpts / "step-00000001").glob("rng-rank-*")) == [
+        "rng-rank-00000.pt", "rng-rank-00001.pt"
+    ]
+    _run([*common, "--out", str(tmp_path / "resumed.pt"), "--resume", str(ckpts / "step-00000001")], ranks=2)
+    straight, _ = _load(tmp_path / "straight.pt")
+    resumed, _ = _load(tmp_path / "resumed.pt")
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name

@@ -1,0 +1,103 @@
+"""The learner's data-parallel process group: torchrun, ``srun`` tasks, or one plain process.
+
+Every rank of the coordinator's allocation runs the same learner; ranks differ only in which
+trajectories of a step they forward (see ``wmrl/learner/batch.py``). The group is started from
+whatever launched the processes:
+
+- ``torchrun`` (or any launcher) already exported ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
+- ``srun`` tasks of a Slurm step (``SLURM_NTASKS`` > 1): submitit's ``TorchDistributedEnvironment``
+  derives them from the Slurm environment (first host of the step is the master);
+- a lone process: rank 0 of a world of 1 on a free loopback port.
+
+The backend is gloo on CPU and nccl on GPUs, chosen by DeepSpeed's accelerator.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+# Before ``import deepspeed``: without a GPU it would probe for accelerators and warn; with this it
+# takes its CPU accelerator (gloo) directly. With CUDA it detects the GPU itself; an explicit
+# DS_ACCELERATOR always wins.
+if not torch.cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+_ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _export_environment() -> str:
+    """Make the ``env://`` variables exist; returns which launcher they came from."""
+    if all(key in os.environ for key in _ENV_KEYS):
+        os.environ.setdefault("LOCAL_RANK", "0")
+        return "env"
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # Ranks bind devices by LOCAL_RANK (DeepSpeed does), so CUDA_VISIBLE_DEVICES stays whole.
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        return "slurm"
+    os.environ.update(
+        {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+         "MASTER_PORT": str(_free_port())}
+    )
+    return "single"
+
+
+def _skip_shm_comm_build() -> None:
+    """Keep DeepSpeed from JIT-compiling its shared-memory CPU all-reduce op at start-up.
+
+    That op only serves ``inference_all_reduce`` (tensor-parallel inference); training collectives
+    go through torch.distributed (gloo) either way. Building it costs minutes on a fresh machine.
+    """
+    import deepspeed.ops
+
+    compatible = deepspeed.ops.__compatible_ops__  # a cached dict; DeepSpeed reads this very object
+    compatible["deepspeed_shm_comm"] = False
+
+
+def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
+    """Start (once) the process group every learner rank joins; returns ``(rank, world_size)``."""
+    if not dist.is_initialized():
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+
+        _export_environment()
+        _skip_shm_comm_build()
+        deepspeed.init_distributed(
+            dist_backend=get_accelerator().communication_backend_name(),
+            timeout=timedelta(seconds=timeout_s),
+        )
+    return dist.get_rank(), dist.get_world_size()
+
+
+def broadcast_objects(objects: Sequence[Any], src: int = 0) -> list[Any]:
+    """Rank ``src``'s ``objects`` on every rank (for a trainer that rolls out on rank 0 only)."""
+    box = list(objects)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(box, src=src)
+    return box
+
+
+def all_reduce(values: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """``values`` reduced over the ranks (in place and returned); a no-op in a world of one."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return values
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

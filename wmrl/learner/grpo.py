@@ -1,0 +1,248 @@
+"""The GRPO + WMRL policy update, top to bottom (paper §3, Eqs. 1 and 5; constants in Appendix D).
+
+One call of :meth:`GRPOLearner.update` takes a step's groups, their advantages
+``A_{k,i} = r_{k,i} - mean_j r_{k,j}`` (Eq. 1/2, computed by the step with true scores on anchor groups
+and calibrated scores on world-model groups) and the per-group weights ``w_k`` of Eq. 5
+(``rho/(rho|G_E|+|G_WM|)`` on anchor groups, ``1/(rho|G_E|+|G_WM|)`` on world-model groups; they sum to
+1 over the trained groups, 0 = not trained), and descends the loss
+
+    L = sum_k w_k * L_k,    L_k = agg_{i in group k, t generated} [ pg_{k,i,t} + beta * kl_t - c * H_t ]
+
+- ``pg``: ``-A * log pi(token)`` (on-policy: the gradient of Eq. 1), or PPO's clipped surrogate;
+- ``kl``: the k3 estimator of KL(pi || pi_ref) to the frozen initial policy, as GRPO uses it:
+  ``exp(q - p) - (q - p) - 1`` with p, q the policy and reference log-probs of the token (>= 0,
+  unbiased, zero gradient where pi = pi_ref);
+- ``H``: the policy's full-vocabulary entropy at the position (the entropy *bonus*);
+- ``agg``: ``learner.loss_agg`` (docs/learner.md says which one is Eq. 1).
+
+The fused gradient of Eq. 5, ``(rho g_E + g_WM)/(rho|G_E|+|G_WM|)``, is then exactly ``grad L`` with
+``g_k = -grad L_k``: the weights reach the gradient through the per-trajectory loss coefficients.
+
+Every step is on-policy (one update per batch of rollouts), so the importance ratio
+``pi / pi_sampler`` is 1 up to sampler/learner numerics; it is computed against the sampler's
+log-probs anyway and its deviation is logged, a detector for a sampler that drifted from the learner
+(wrong temperature, stale weights after a failed sync, precision mismatch).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wmrl.learner import batch as batching
+from wmrl.learner.config import LearnerConfig
+from wmrl.learner.distributed import all_reduce
+from wmrl.learner.engine import build_engines
+from wmrl.learner.memory import PeakMemory
+from wmrl.rollout import Groups
+
+# Per-token statistics summed over the ranks (then divided by the token count) for the metrics.
+_SUMS = ("pg", "kl", "entropy", "ratio_dev", "clipped", "tokens")
+
+
+def loss_coefficients(
+    groups: Groups, weights: np.ndarray, loss_agg: str, token_sum_norm: int
+) -> list[list[float]]:
+    """``coef[k][i]``: trajectory i of group k adds ``coef * sum_t loss_t`` over its generated tokens.
+
+    With n trajectories in group k and L_i generated tokens in trajectory i:
+    seq-mean-token-mean ``w_k / (n L_i)``; token-mean ``w_k / sum_j L_j``;
+    seq-mean-token-sum-norm ``w_k / (n * token_sum_norm)``. A trajectory without generated tokens
+    has nothing to train on (coefficient 0).
+    """
+    coefs: list[list[float]] = []
+    for k, group in enumerate(groups):
+        lengths = [sum(t.loss_mask()) for t in group]
+        n, w = len(group), float(weights[k])
+        if w == 0.0 or sum(lengths) == 0:
+            coefs.append([0.0] * n)
+        elif loss_agg == "seq-mean-token-mean":
+            coefs.append([w / (n * L) if L else 0.0 for L in lengths])
+        elif loss_agg == "token-mean":
+            coefs.append([w / sum(lengths)] * n)
+        elif loss_agg == "seq-mean-token-sum-norm":
+            coefs.append([w / (n * token_sum_norm)] * n)
+        else:
+            raise ValueError(f"unknown loss aggregation {loss_agg!r}")
+    return coefs
+
+
+def token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each target token and the full-vocabulary entropy at each position (fp32)."""
+    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+class GRPOLearner:
+    """The policy under DeepSpeed, updated by :meth:`update` (the ``Learner`` protocol of rollout.py).
+
+    Every data-parallel rank constructs one and calls ``update`` with the same arguments; each rank
+    forwards its share of the trajectories and DeepSpeed sums the gradients.
+    """
+
+    def __init__(self, cfg: LearnerConfig, model_path: str | Path) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.model_path = Path(model_path).resolve()  # the reference policy: frozen, never re-saved
+        built = build_engines(cfg, self.model_path)
+        self.engine, self.reference, self.device = built.engine, built.reference, built.device
+        self.rank, self.world_size = built.rank, built.world_size
+        self.pad_id = int(getattr(self.engine.module.config, "pad_token_id", None) or 0)
+        self.updates = 0  # optimizer steps taken (restored by load_checkpoint)
+
+    # ------------------------------------------------------------------ the update
+    def update(self, groups: Groups, advantages: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+        started = time.perf_counter()
+        advantages, weights = _check_inputs(groups, advantages, weights)
+        coefs = loss_coefficients(groups, weights, self.cfg.loss_agg, self.cfg.token_sum_norm)
+        rows = [
+            batching.Row.from_trajectory(traj, advantages[k, i], coefs[k][i])
+            for k, group in enumerate(groups)
+            for i, traj in enumerate(group)
+            if coefs[k][i] > 0.0
+        ]
+        if not rows:  # nothing to train on: no optimizer step (AdamW would still move the weights)
+            return {"learner/trajectories": 0.0, "learner/seconds": time.perf_counter() - started}
+        mine = batching.micro_batches(
+            batching.shard(rows, self.rank, self.world_size), self.cfg.micro_batch_size
+        )
+        # Every rank runs as many backward passes as the busiest one (ZeRO reduces inside backward).
+        n_micro = int(all_reduce(torch.tensor([len(mine)], device=self.device), "max").item())
+        sums = torch.zeros(len(_SUMS) + 1, dtype=torch.float64, device=self.device)
+        ratio_max = torch.zeros(1, dtype=torch.float64, device=self.device)
+        with PeakMemory(self.device) as memory:
+            for j in range(n_micro):
+                if j < len(mine):
+                    loss, stats, rmax = self._micro_batch_loss(mine[j])
+                    sums += stats
+                    ratio_max = torch.maximum(ratio_max, rmax)
+                else:
+                    loss = self._idle_loss()
+                # DeepSpeed averages gradients over ranks; the loss is a sum over all ranks' rows.
+                self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
+            self.engine.step()
+        self.updates += 1
+        all_reduce(sums)
+        all_reduce(ratio_max, "max")
+        return self._metrics(sums, ratio_max, len(rows), n_micro, memory.peak_mb, started)
+
+    def _micro_batch_loss(
+        self, rows: list[batching.Row]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        b = batching.collate(rows, self.pad_id, self.device)
+        targets, mask = b.input_ids[:, 1:], b.target_mask
+        logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        logp, entropy = token_log_probs(logits[:, :-1] / cfg.temperature, targets)
+
+        # Importance ratio against the sampler (1 on-policy, up to numerics): logged, or clipped (PPO).
+        ratio = torch.exp(logp - b.sampler_logprobs)
+        adv = b.advantages[:, None]
+        if cfg.policy_loss == "ppo_clip":
+            clipped_ratio = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+            pg = -torch.minimum(ratio * adv, clipped_ratio * adv)
+            clipped = (clipped_ratio * adv < ratio * adv).float()  # the clipped branch is the one taken
+        else:  # Eq. 1: the score-function gradient A * grad log pi
+            pg = -adv * logp
+            clipped = torch.zeros_like(logp)
+
+        kl = torch.zeros_like(logp)
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logits = self.reference(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+                ref_logp, _ = token_log_probs(ref_logits[:, :-1] / cfg.temperature, targets)
+            delta = ref_logp - logp
+            kl = torch.exp(delta) - delta - 1.0  # k3 estimator of KL(pi || pi_ref)
+
+        per_token = pg + cfg.kl_coef * kl - cfg.entropy_coef * entropy
+        # Eq. 5: sum_k w_k L_k, with w_k and the aggregation folded into each trajectory's coefficient.
+        loss = (b.coefs[:, None] * mask * per_token).sum()
+
+        with torch.no_grad():
+            stats = torch.stack([
+                (mask * pg).sum(), (mask * kl).sum(), (mask * entropy).sum(),
+                (mask * (ratio - 1.0).abs()).sum(), (mask * clipped).sum(), mask.sum(),
+                loss.detach(),
+            ]).double()
+            rmax = (ratio * mask).max().double().reshape(1)
+        return loss, stats, rmax
+
+    def _idle_loss(self) -> torch.Tensor:
+        """A zero loss through the whole model, for a rank with fewer micro-batches than the others."""
+        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
+        return self.engine(input_ids=ids).logits.sum() * 0.0
+
+    def _metrics(
+        self, sums: torch.Tensor, ratio_max: torch.Tensor, n_rows: int, n_micro: int,
+        peak_mb: float, started: float,
+    ) -> dict[str, float]:
+        totals = dict(zip(_SUMS, sums[:-1].tolist(), strict=True))
+        tokens = max(totals["tokens"], 1.0)
+        grad_norm = self.engine.get_global_grad_norm()
+        return {
+            "learner/loss": float(sums[-1]),
+            "learner/pg_loss": totals["pg"] / tokens,
+            "learner/kl": totals["kl"] / tokens,
+            "learner/entropy": totals["entropy"] / tokens,
+            "learner/ratio_mean_abs_dev": totals["ratio_dev"] / tokens,
+            "learner/ratio_max": float(ratio_max),
+            "learner/clip_frac": totals["clipped"] / tokens,
+            "learner/grad_norm": float("nan") if grad_norm is None else float(grad_norm),
+            "learner/lr": float(self.engine.get_lr()[0]),
+            "learner/tokens": totals["tokens"],
+            "learner/trajectories": float(n_rows),
+            "learner/micro_batches": float(n_micro),
+            "learner/seconds": time.perf_counter() - started,
+            "learner/peak_memory_mb": peak_mb,
+        }
+
+    # ------------------------------------------------------------------ weights and checkpoints
+    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full (gathered) parameters by their Hugging Face names, for ``Generator.update_weights``.
+
+        Under ZeRO-3 every rank must iterate (the gather is collective); the tensors are detached views,
+        valid until the next update.
+        """
+        from deepspeed import zero
+
+        for name, param in self.engine.module.named_parameters():
+            if hasattr(param, "ds_id"):  # ZeRO-3 partitioned
+                with zero.GatheredParameters([param]):
+                    yield name, param.detach().clone()
+            else:
+                yield name, param.detach()
+
+    def save_checkpoint(self, root: str | Path, step: int) -> Path:
+        """Checkpoint after step ``step`` under ``root`` (collective); see wmrl/learner/checkpoint.py."""
+        from wmrl.learner.checkpoint import save
+
+        return save(self, Path(root), step)
+
+    def load_checkpoint(self, path: str | Path) -> int:
+        """Restore model, optimizer and RNG from a checkpoint directory; returns its step."""
+        from wmrl.learner.checkpoint import load
+
+        return load(self, Path(path))
+
+
+def _check_inputs(
+    groups: Groups, advantages: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    advantages, weights = np.asarray(advantages, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    sizes = {len(g) for g in groups}
+    if len(sizes) > 1:
+        raise ValueError(f"groups have different sizes {sorted(sizes)}; advantages need a (G, n) array")
+    n = sizes.pop() if sizes else 0
+    if advantages.shape != (len(groups), n):
+        raise ValueError(f"advantages have shape {advantages.shape}, expected (G, n) = {(len(groups), n)}")
+    if weights.shape != (len(groups),):
+        raise ValueError(f"weights have shape {weights.shape}, expected (G,) = ({len(groups)},)")
+    if not (np.all(np.isfinite(advantages)) and np.all(np.isfinite(weights)) and np.all(weights >= 0)):
+        raise ValueError("advantages and weights must be finite and weights >= 0 (Eq. 5)")
+    return advantages, weights
