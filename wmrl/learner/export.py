@@ -17,6 +17,7 @@ import torch
 
 from wmrl.io import TMP_PREFIX, fsync_dir
 from wmrl.learner.checkpoint import complete_checkpoints, read_meta
+from wmrl.models.loading import text_config
 from wmrl.orchestration.checkpoint import step_name
 
 LEARNER_CHECKPOINTS = Path("checkpoints") / "learner"  # inside a run directory
@@ -63,7 +64,8 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     hf = checkpoint / "hf"
     if not (hf / "config.json").is_file():
         raise ValueError(f"{checkpoint}: no hf/config.json (the initial model's architecture) to export with")
-    config = AutoConfig.from_pretrained(str(hf))
+    # A vision-language checkpoint (Qwen3.5 releases) trains and exports its text model only.
+    config = text_config(AutoConfig.from_pretrained(str(hf), local_files_only=True))
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     state = consolidated_state_dict(checkpoint)
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -83,7 +85,7 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     try:
         model.save_pretrained(str(staging))  # config.json, generation_config.json, model*.safetensors
         if (hf / "tokenizer_config.json").is_file() or (hf / "tokenizer.json").is_file():
-            AutoTokenizer.from_pretrained(str(hf)).save_pretrained(str(staging))
+            AutoTokenizer.from_pretrained(str(hf), local_files_only=True).save_pretrained(str(staging))
         if (hf / "generation_config.json").is_file():
             shutil.copy2(hf / "generation_config.json", staging / "generation_config.json")
         for path in staging.iterdir():
