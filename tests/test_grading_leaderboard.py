@@ -47,11 +47,19 @@ def test_entries_are_sorted_regardless_of_file_order(tmp_path):
 def test_an_empty_score_stays_in_n_and_is_never_tied(tmp_path):
     # MLE-Dojo counts every row of the file; a disqualified team without a score is still a team.
     path = tmp_path / "lb.csv"
-    path.write_text("rank,score\n1,0.9\n2,\n3,0.5\n")
+    path.write_text("rank,score\n1,0.9\n2,0.5\n3,\n")
     board = read_leaderboard(path, "max")
     assert len(board) == 3 and board.scores == (0.9, 0.5)
     assert board.position(0.4) == 4 and board.position_score(0.4) == 0.0
     assert board.position_score(0.6) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("rows,expected", [((0.9, None, 0.5), 1 / 3), ((None, 0.9, 0.5), 1 / 3),
+                                           ((0.9, 0.5, None), 2 / 3)])
+def test_an_empty_row_shadows_entries_as_in_mledojos_sort(rows, expected):
+    # MLE-Dojo sorts the raw column with Python's sorted(): a NaN keeps its place among its neighbours.
+    board = Leaderboard.from_scores(list(rows), "max")
+    assert board.position_score(0.7) == pytest.approx(expected)
 
 
 def test_a_non_numeric_score_is_an_error_naming_file_line_and_value(tmp_path):

@@ -11,8 +11,12 @@ without it, re-running a reference would land one place below its own entry when
 went up.
 
 Rows without a score (a disqualified team) stay in ``N`` and are never tied or beaten, as in
-MLE-Dojo, which counts every row of the file. A score that is present but not a number is an
-error naming the file, line and value: a silently shorter board would inflate every position score.
+MLE-Dojo, which counts every row of the file. Positions walk the rows as MLE-Dojo orders them:
+Python's sort of the file's scores, in which an empty (NaN) row keeps its place relative to its
+neighbours, so it can shadow the entries behind it. No real MLE-Dojo board has an empty score
+(results/pools/survey.md); the rule only keeps wmrl's score equal to MLE-Dojo's if one does.
+A score that is present but not a number is an error naming the file, line and value: a silently
+shorter board would inflate every position score.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class Leaderboard:
     tie_tolerance: float = 0.0  # relative; 0 = exact comparison
     empty: int = 0  # rows without a score: counted in N, never tied or beaten
     file_scores: tuple[float, ...] = ()  # every row in file order (NaN where empty); MLE-bench's medals use it
+    ranked: tuple[float, ...] = ()  # every row as MLE-Dojo walks them (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
@@ -54,14 +59,15 @@ class Leaderboard:
         """A board from a list of scores; missing (None/NaN) ones count in N as empty rows."""
         values = [math.nan if s is None else float(s) for s in scores]
         clean = [v for v in values if not math.isnan(v)]
-        return cls(tuple(sorted(clean, reverse=direction == MAXIMIZE)), direction, tie_tolerance,
-                   empty=len(values) - len(clean), file_scores=tuple(values))
+        best_first = direction == MAXIMIZE
+        return cls(tuple(sorted(clean, reverse=best_first)), direction, tie_tolerance, empty=len(values) - len(clean),
+                   file_scores=tuple(values), ranked=tuple(sorted(values, reverse=best_first)))
 
     def __len__(self) -> int:
         return len(self.scores) + self.empty
 
     def position(self, score: float) -> int:
-        for index, entry in enumerate(self.scores, start=1):
+        for index, entry in enumerate(self.ranked or self.scores, start=1):
             slack = self.tie_tolerance * max(1.0, abs(entry))
             ties_or_beats = score >= entry - slack if self.direction == MAXIMIZE else score <= entry + slack
             if ties_or_beats:
