@@ -1,10 +1,12 @@
-"""Assumption-6 audit: no alarm on a monotone stationary world model or pure noise; clear warnings on
-non-monotone bias, drift and missing coverage."""
+"""Assumption-6 audit: no alarm on a monotone stationary world model (with errors shared inside a group),
+pure noise or a noise-free world model; clear warnings on non-monotone bias, drift, per-task bias and
+missing coverage; warnings of a run need several consecutive flagged audits."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,32 @@ def synthetic(
     rng = np.random.default_rng(seed)
     r = rng.beta(2, 2, n)
     return np.clip(phi(r) + rng.normal(0, noise, n), 0, 1), r
+
+
+def grouped(
+    phi: Phi,
+    groups: int = 400,
+    n: int = 8,
+    noise: float = 0.1,
+    group_sd: float = 0.0,
+    task_offset: float = 0.0,
+    tasks: int = 16,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """Pairs of GRPO groups: a task per group, n trajectories on a few of the task's score levels, a
+    world-model error shared by the group (``group_sd``) and by the first half of the tasks."""
+    rng = np.random.default_rng(seed)
+    levels = rng.beta(2, 4, size=(tasks, 16))
+    pred, true, gid, tid = [], [], [], []
+    for g in range(groups):
+        task = int(rng.integers(tasks))
+        r = np.where(rng.random(n) < 0.2, 0.0, rng.choice(levels[task], n))
+        offset = rng.normal(0, group_sd) + (task_offset if task < tasks // 2 else 0.0)
+        pred.append(np.clip(phi(r) + offset + rng.normal(0, noise, n), 0, 1))
+        true.append(r)
+        gid += [f"g{g}"] * n
+        tid += [f"task{task:02d}"] * n
+    return np.concatenate(pred), np.concatenate(true), gid, tid
 
 
 MONOTONE: dict[str, Phi] = {
@@ -113,7 +141,73 @@ def test_covered_high_scores_report_support_and_high_fraction() -> None:
 def test_too_few_pairs_skip_every_check() -> None:
     report = audit_pool(*synthetic(NON_MONOTONE["tent"], n=150))
     assert report.ok and np.isnan(report.monotonicity_gain)
-    assert "only 150 anchor pairs" in report.skipped[0]
+    assert "150 anchor pairs" in report.skipped[0]
+
+
+def test_too_few_groups_skip_every_check() -> None:
+    pred, true = synthetic(NON_MONOTONE["tent"], n=400)
+    report = audit_pool(pred, true, groups=[str(i % 10) for i in range(400)])
+    assert report.ok and "in 10 groups" in report.skipped[0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_errors_shared_within_groups_do_not_warn(seed: int) -> None:
+    pred, true, groups, tasks = grouped(MONOTONE["optimistic"], noise=0.1, group_sd=0.2, seed=seed)
+    report = audit_pool(pred, true, groups=groups, tasks=tasks)
+    assert report.ok, report.warnings
+
+
+def test_monotonicity_effect_is_in_score_units() -> None:
+    pred, true, groups, tasks = grouped(NON_MONOTONE["sine"], noise=0.1)
+    report = audit_pool(pred, true, groups=groups, tasks=tasks)
+    # the isotonic fit of a sine of amplitude 0.4 misses a structure of RMS ~0.1-0.3 score units
+    assert 0.05 < report.monotonicity_effect < 0.4
+    assert "score units" in report.warnings[0]
+
+
+def test_per_task_offset_is_named() -> None:
+    pred, true, groups, tasks = grouped(MONOTONE["affine"], noise=0.1, task_offset=-0.2)
+    report = audit_pool(pred, true, groups=groups, tasks=tasks)
+    assert any("differs by task" in w for w in report.warnings)
+    assert report.task_share > 0.2
+    # calibrated minus true: the offset tasks (task00-07) come out below, the others above
+    assert report.task_offsets
+    assert all((int(name[4:]) < 8) == (v < 0) for name, v in report.task_offsets.items())
+
+
+def test_task_bias_is_not_reported_without_task_offsets() -> None:
+    pred, true, groups, tasks = grouped(MONOTONE["affine"], noise=0.1, group_sd=0.1)
+    report = audit_pool(pred, true, groups=groups, tasks=tasks)
+    assert report.task_p > 1e-3 and not report.task_offsets
+
+
+def test_pairs_without_task_ids_skip_the_task_check() -> None:
+    report = audit_pool(*synthetic(MONOTONE["affine"]))
+    assert any(s.startswith("per-task bias") for s in report.skipped)
+
+
+def test_noise_free_world_model_is_silent() -> None:
+    pred, true, groups, tasks = grouped(MONOTONE["affine"], noise=0.0)
+    report = audit_pool(pred, true, groups=groups, tasks=tasks)
+    assert report.ok, report.warnings
+    assert report.flags == []
+
+
+def test_a_flag_warns_only_after_persisting() -> None:
+    pred, true = synthetic(NON_MONOTONE["tent"])
+    streaks: dict[str, int] = {}
+    for _ in range(2):
+        report = audit_pool(pred, true, streaks=streaks)
+        assert report.flags == ["monotonicity"] and report.ok
+        streaks = report.streaks
+    report = audit_pool(pred, true, streaks=streaks)
+    assert not report.ok and "3 consecutive audits" in report.warnings[0]
+
+
+def test_a_clean_audit_resets_the_streak() -> None:
+    flagged = audit_pool(*synthetic(NON_MONOTONE["tent"]), streaks={}).streaks
+    clean = audit_pool(*synthetic(MONOTONE["affine"]), streaks=flagged)
+    assert flagged["monotonicity"] == 1 and clean.streaks["monotonicity"] == 0
 
 
 def test_audit_rejects_bad_scores() -> None:
@@ -122,16 +216,16 @@ def test_audit_rejects_bad_scores() -> None:
 
 
 def test_thresholds_are_reported() -> None:
-    t = AuditThresholds(max_monotonicity_gain=0.2)
+    t = AuditThresholds(max_monotonicity_ratio=0.2)
     assert (
-        audit_pool(*synthetic(MONOTONE["affine"]), thresholds=t).thresholds.max_monotonicity_gain
+        audit_pool(*synthetic(MONOTONE["affine"]), thresholds=t).thresholds.max_monotonicity_ratio
         == 0.2
     )
 
 
-def test_calibrator_audit_logs_its_warnings(caplog: pytest.LogCaptureFixture) -> None:
+def tent_calibrator(directory: Path | None = None) -> Calibrator:
     pred, true = synthetic(NON_MONOTONE["tent"], n=512)
-    cal = Calibrator(AlgorithmConfig())
+    cal = Calibrator(AlgorithmConfig(), directory)
     for s in range(0, 512, 64):
         cal.observe(
             [
@@ -148,7 +242,20 @@ def test_calibrator_audit_logs_its_warnings(caplog: pytest.LogCaptureFixture) ->
             ],
             s // 64,
         )
+    return cal
+
+
+def test_calibrator_audit_logs_its_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    cal = tent_calibrator()
     with caplog.at_level(logging.WARNING, logger="wmrl.calibration.calibrator"):
-        report = cal.audit()
-    assert not report.ok
+        reports = [cal.audit() for _ in range(3)]  # the persistence rule: 3 consecutive flags
+    assert reports[0].ok and not reports[2].ok
     assert "non-monotone" in caplog.text
+
+
+def test_audit_streaks_survive_a_restart(tmp_path: Path) -> None:
+    cal = tent_calibrator(tmp_path)
+    cal.audit()
+    cal.audit()
+    cal.save()
+    assert not Calibrator.load(AlgorithmConfig(), tmp_path).audit().ok

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wmrl.calibration.calibrator import SNAPSHOT_EVERY, STATE_NAME, Calibrator
-from wmrl.calibration.debias import fit_isotonic
+from wmrl.calibration.debias import apply_map, cross_fitted, fit_isotonic
 from wmrl.calibration.denoise import normalised_residual
 from wmrl.calibration.pool import LOG_NAME, AnchorPair
 from wmrl.config import AlgorithmConfig
@@ -63,14 +63,14 @@ def test_identity_and_rho_one_during_warm_up() -> None:
     assert np.isnan(cal.snapshot()["eta2_cal"])
 
 
-def test_first_fit_at_min_pairs_fixes_eta2_cal() -> None:
+def test_first_fit_at_min_pairs_fixes_eta2_cal_out_of_sample() -> None:
     cal = Calibrator(cfg())
     run(cal, range(4))  # exactly 64 pairs
     pred, true = cal.pool.arrays()
-    x, y = fit_isotonic(pred, true)
+    groups = [p.group_id for p in cal.pool.recent(64)]
     window = cal.pool.recent(48)
-    expected = normalised_residual(
-        np.interp([p.predicted for p in window], x, y),
+    expected = normalised_residual(  # each group scored by a map fit without it
+        cross_fitted(pred, true, groups)[-48:],
         np.array([p.true for p in window]),
         [p.group_id for p in window],
     )
@@ -80,6 +80,46 @@ def test_first_fit_at_min_pairs_fixes_eta2_cal() -> None:
     assert cal.rho == pytest.approx(2.0)
     run(cal, range(4, 10))
     assert cal.snapshot()["eta2_cal"] == snap["eta2_cal"]
+
+
+def test_eta2_cal_is_larger_than_the_in_sample_residual() -> None:
+    cal = Calibrator(cfg())
+    run(cal, range(4))
+    pred, true = cal.pool.arrays()
+    window = cal.pool.recent(48)
+    in_sample = normalised_residual(
+        apply_map(*fit_isotonic(pred, true), pred)[-48:], true[-48:], [p.group_id for p in window]
+    )
+    assert cal.snapshot()["eta2_cal"] > in_sample
+
+
+def test_pairs_after_warm_up_are_scored_by_the_map_before_them() -> None:
+    cal = Calibrator(cfg(eta_window=16))
+    run(cal, range(4))  # first fit at 64 pairs
+    before = cal.calibrate(GRID)
+    new = step_pairs(4)  # 16 pairs: the window is exactly this step's pairs; no refit (96 not reached)
+    cal.observe(new, 4)
+    expected = normalised_residual(
+        np.interp([p.predicted for p in new], GRID, before),
+        np.array([p.true for p in new]),
+        [p.group_id for p in new],
+    )
+    assert cal.snapshot()["eta2"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_refit_does_not_rescore_the_pairs_it_was_fit_on() -> None:
+    cal = Calibrator(cfg(eta_window=16))
+    run(cal, range(5))  # 80 pairs
+    before = cal.calibrate(GRID)
+    new = step_pairs(5)  # reaches 96 pairs: refit after scoring these with the previous map
+    cal.observe(new, 5)
+    assert cal.snapshot()["n_refits"] == 2
+    expected = normalised_residual(
+        np.interp([p.predicted for p in new], GRID, before),
+        np.array([p.true for p in new]),
+        [p.group_id for p in new],
+    )
+    assert cal.snapshot()["eta2"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_refits_follow_refit_every() -> None:

@@ -64,6 +64,17 @@ def test_map_agrees_with_sklearn_predict() -> None:
     np.testing.assert_allclose(deb(grid), iso.predict(grid), rtol=0, atol=1e-12)
 
 
+def test_map_agrees_with_sklearn_predict_on_tied_world_model_scores() -> None:
+    rng = np.random.default_rng(2)
+    r = rng.random(2000)
+    r_hat = np.round(np.clip(r**0.5 + rng.normal(0, 0.2, 2000), 0, 1), 2)  # 101 distinct values
+    x, y = fit_isotonic(r_hat, r)
+    iso = IsotonicRegression(increasing=True, y_min=0, y_max=1, out_of_bounds="clip").fit(r_hat, r)
+    grid = np.linspace(0, 1, 1001)
+    np.testing.assert_allclose(apply_map(x, y, grid), iso.predict(grid), rtol=0, atol=1e-12)
+    assert len(x) == len(iso.X_thresholds_)
+
+
 @pytest.mark.parametrize("bad", [[0.5, float("nan")], [1.5], [-0.1]])
 def test_calibrating_bad_scores_is_rejected(bad: list[float]) -> None:
     with pytest.raises(ValueError, match=r"r_hat.*outside \[0, 1\] or NaN"):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wmrl.calibration.denoise import (
-    ETA2_CAL_FLOOR,
+    RESOLUTION,
     Denoiser,
     normalised_residual,
     rho_from,
@@ -62,16 +62,40 @@ def test_rho_is_clipped_one_plus_ratio(
     assert rho_from(eta2, eta2_cal, w_max) == pytest.approx(expected)
 
 
-def test_zero_eta2_cal_is_floored_so_any_residual_gives_w_max() -> None:
-    assert rho_from(0.0, 0.0, 4.0) == 1.0
-    assert rho_from(1e-6, 0.0, 4.0) == 4.0
-    assert ETA2_CAL_FLOOR > 0
+def test_rho_refuses_an_unfloored_eta2_cal() -> None:
+    with pytest.raises(ValueError, match="eta2_cal"):
+        rho_from(0.0, 0.0, 4.0)
+
+
+def test_noise_free_world_model_keeps_rho_at_one() -> None:
+    # float rounding and interpolation error (1e-8 score units) are not noise: eta2_cal is floored at
+    # RESOLUTION (score units), so a later residual of the same size leaves rho at 1
+    d = Denoiser(w_max=4.0)
+    _, true, groups = window()
+    d.update(true + 1e-16, true, groups, warmed_up=True)
+    d.update(true + 6e-8, true, groups, warmed_up=True)
+    assert d.rho == pytest.approx(1.0, abs=1e-9)
+
+
+def test_residual_of_one_resolution_after_a_noise_free_warm_up_gives_rho_two() -> None:
+    d = Denoiser(w_max=4.0)
+    _, true, groups = window()
+    d.update(true.copy(), true, groups, warmed_up=True)
+    d.update(true + RESOLUTION, true, groups, warmed_up=True)
+    assert d.rho == pytest.approx(2.0)
+
+
+def test_eta2_cal_is_not_floored_above_the_resolution() -> None:
+    d = Denoiser(w_max=4.0)
+    _, true, groups = window()
+    d.update(true + 0.1, true, groups, warmed_up=True)
+    assert d.eta2_cal == pytest.approx(d.eta2)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     eta2=st.floats(0.0, 1e6, allow_nan=False),
-    eta2_cal=st.floats(0.0, 1e6, allow_nan=False),
+    eta2_cal=st.floats(1e-12, 1e6, allow_nan=False),
     w_max=st.floats(1.0, 100.0, allow_nan=False),
 )
 def test_rho_stays_between_one_and_w_max(eta2: float, eta2_cal: float, w_max: float) -> None:

@@ -1,74 +1,101 @@
 """Assumption-6 audit (the paper assumes it, App. B.3, but never checks it).
 
-Assumption 6: r_hat = phi(r) + xi with phi non-decreasing; a pool-wide fit (Eq. 4) further assumes
-phi does not move during the run. From the anchor pool we measure, with K-fold cross-validation so
-that noise alone cannot look like signal:
+Assumption 6: r_hat = phi(r) + xi with phi non-decreasing; a pool-wide fit (Eq. 4) further assumes phi
+is one function for every task and does not move during the run. The anchor pairs of one GRPO group
+share the world model's misreading of their task, so every fold and every standard error below is
+clustered by group (and, where there are enough tasks, the more conservative of group and task
+clustering is used). Effects are stated in score units and against the within-group spread of the
+world-model scores, which is what GRPO's advantages are made of.
 
-(a) monotonicity: held-out gain of a flexible non-monotone fit (binned means) over the isotonic fit
-    of phi = E[r_hat | r], as a relative MSE reduction. We fit phi (r_hat on r), not f_hat: when phi
-    folds (e.g. 1 - |2r - 1|), E[r | r_hat] averages the two branches and can look flat and monotone,
-    so the calibration direction would hide exactly the failure we look for.
+(a) monotonicity: held-out gain of a flexible non-monotone fit (binned means) over the isotonic fit of
+    phi = E[r_hat | r], groups held out together. We fit phi, not f_hat: when phi folds (1 - |2r - 1|),
+    E[r | r_hat] averages the two branches and can look flat and monotone.
 (b) stationarity: phi fit on the older pairs vs phi fit on the recent window, both scored on held-out
-    recent pairs whose true score lies inside the older pairs' range (relative MSE gap). phi, unlike
-    f_hat = E[r | r_hat], does not change when the policy merely moves (the distribution of r shifts),
-    and the range restriction keeps a move into new scores from looking like drift.
-    ``map_lag_gap`` is the same comparison for f_hat itself, on all recent pairs: how much better a
-    map fit on recent pairs calibrates them than the older pairs' map. It is reported, not warned
-    about: it grows whenever the policy improves (the pool-wide f_hat shrinks current scores toward
-    older ones), which is expected, but a large value says the pool-wide map lags.
-(c) coverage: how many anchor pairs support f_hat where GRPO pushes (the top quantile of the
-    world-model scores being calibrated), and the fraction of recent anchors with a high true score.
+    recent groups whose true score lies inside the older pairs' range. phi, unlike f_hat, does not
+    change when the policy merely moves; ``map_lag_gap`` (reported, never warned about) is the same
+    comparison for f_hat, which lags whenever the policy improves.
+(c) per-task bias: a one-way random-effects ANOVA of the world model's residuals r_hat - phi(r) on
+    task, group means as the units, phi fit with each task held out; the tasks furthest off are named,
+    and the share of the calibrated residual variance f_hat(r_hat) - r explained by task is reported.
+    One global f_hat cannot correct a bias that differs by task.
+(d) coverage: anchor pairs (and groups) under the high range GRPO chases (the top quantile of the
+    world-model scores being calibrated); the fraction of recent anchors with a high true score.
 
-A gain/gap warns only when it is both large (relative threshold) and significant (paired z-score of
-the per-pair squared-error differences above ``min_z``).
+False alarms of a whole run: the audit runs at every refit (~50 times in a 400-step run), so a check
+*flags* when its effect is large and significant, and *warns* only once it has flagged at ``persist``
+consecutive audits (pass the previous ``streaks``; a one-off audit with ``streaks=None`` warns at the
+first flag). The thresholds are calibrated by simulation: ``scripts/audit_error_rates.py``,
+``results/calibration/audit_error_rates.md``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from wmrl.calibration.debias import apply_map, as_scores, fit_isotonic
+from wmrl.calibration.debias import apply_map, as_scores, cross_fitted, fit_isotonic, group_folds
+from wmrl.calibration.stats import clustered_z, codes_of, task_effects, within_group_sd
+
+CHECKS = ("monotonicity", "stationarity", "task_bias", "coverage")
 
 
 @dataclass(frozen=True)
 class AuditThresholds:
     min_pairs: int = 200  # fewer pairs: every check is skipped
+    min_groups: int = 16  # fewer groups: the statistical checks are skipped (too few clusters)
     max_pairs: int = 20000  # audit the newest this-many pairs (keeps an audit well under a second)
     folds: int = 5
-    min_z: float = 3.0  # a gain must be this many standard errors above zero to count
-    max_monotonicity_gain: float = 0.10  # relative held-out MSE reduction of the flexible fit
-    max_stationarity_gap: float = (
-        0.15  # relative held-out MSE excess of the older phi on recent pairs
-    )
+    z_crit: float = 3.0  # an effect must be this many clustered standard errors above zero
+    min_task_clusters: int = 8  # with this many tasks, z is also clustered by task (the smaller z counts)
+    persist: int = 3  # consecutive flagged audits before a check warns
+    max_monotonicity_ratio: float = 0.05  # RMS of the missed structure / within-group sd of r_hat
+    max_stationarity_ratio: float = 0.05  # RMS of the drift / within-group sd of r_hat
+    max_task_p: float = 1e-3  # F test of "no per-task offset"
+    min_task_sd: float = 0.03  # score units: a smaller spread of task offsets is not reported
     stationarity_window: int = 0  # recent pairs; 0: max(recent_window, n // 4)
     min_old_pairs: int = 100
     min_overlap: int = 50  # recent pairs inside the older pairs' range needed to judge drift
     overlap_quantile: float = 0.05  # "inside the range": between these quantiles of the older r
-    n_bins: int = 20  # flexible fit: means over this many quantile bins of r
+    n_bins: int = 25  # flexible fit: isotonic + a residual mean in each of this many equal-width bins of r
+    shrink: float = 10.0  # ... shrunk towards the isotonic fit by this many pseudo-pairs
     high_quantile: float = 0.9  # "the high range GRPO chases": top 10% of the world-model scores
     high_score: float = 0.7  # a "high" true score
     min_support: int = 10  # anchor pairs needed under the high range
-    seed: int = 0
+    min_support_groups: int = 3  # ... from at least this many groups
+    named_tasks: int = 5  # at most this many tasks named in a warning
 
 
 @dataclass
 class AuditReport:
     n_pairs: int
-    monotonicity_gain: float  # (MSE_isotonic - MSE_flexible) / MSE_isotonic of phi, held out
+    n_groups: int
+    n_tasks: int
+    spread: float  # within-group sd of r_hat (score units): the scale effects are judged against
+    monotonicity_effect: float  # RMS the isotonic phi misses, held out (score units)
+    monotonicity_gain: float  # the same as a relative MSE reduction
     monotonicity_z: float
-    stationarity_gap: float  # (MSE_old_phi - MSE_recent_phi) / MSE_recent_phi on recent pairs
+    stationarity_effect: float  # RMS by which the older phi misses the recent pairs (score units)
+    stationarity_gap: float  # the same as a relative MSE excess
     stationarity_z: float
     map_lag_gap: float  # the same for f_hat on all recent pairs (reported, never warned about)
     stationarity_window: int
+    task_share: float  # share of the calibrated residual variance f_hat(r_hat) - r explained by task
+    wm_task_share: float  # share of the world model's residual r_hat - phi(r) explained by task
+    task_sd: float  # sd of the world model's per-task offsets (score units)
+    task_p: float  # F test p-value of "no per-task offset"
+    task_offsets: dict[str, float]  # named tasks: their offset r_hat - phi(r) minus the overall mean
     high_threshold: float  # r_hat at the high_quantile of the chased scores
     n_support_high: int  # pool pairs with r_hat >= high_threshold
+    n_groups_high: int  # ... and the groups they come from
     high_true_frac: float  # fraction of recent anchors with r >= high_score
     thresholds: AuditThresholds
-    warnings: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # checks that flagged at this audit
+    streaks: dict[str, int] = field(default_factory=dict)  # consecutive flagged audits per check
+    warnings: list[str] = field(default_factory=list)  # flags that persisted
     skipped: list[str] = field(default_factory=list)  # checks not run, with the reason
 
     @property
@@ -81,106 +108,155 @@ class AuditReport:
         return d
 
 
-def _folds(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    return np.array_split(rng.permutation(n), k)
+def _flexible(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, t: AuditThresholds) -> tuple[
+    np.ndarray, np.ndarray
+]:
+    """(isotonic, flexible) predictions at x_test. The flexible fit is the isotonic one plus the mean
+    isotonic residual of the training pairs in each of ``n_bins`` equal-width bins of x, shrunk by
+    ``shrink`` pseudo-pairs: it can follow a bump the monotone fit flattens, and where a bin has few
+    pairs it stays close to the isotonic fit instead of paying for its own variance. (Quantile bins
+    lose a narrow bump once the policy concentrates on a few scores.)"""
+    knots = fit_isotonic(x_train, y_train)
+    iso_train, iso_test = apply_map(*knots, x_train), apply_map(*knots, x_test)
+    b_train = np.minimum((x_train * t.n_bins).astype(np.int64), t.n_bins - 1)
+    b_test = np.minimum((x_test * t.n_bins).astype(np.int64), t.n_bins - 1)
+    counts = np.bincount(b_train, minlength=t.n_bins)
+    sums = np.bincount(b_train, weights=y_train - iso_train, minlength=t.n_bins)
+    return iso_test, iso_test + (sums / (counts + t.shrink))[b_test]
 
 
-def _binned_means(
-    x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, n_bins: int
-) -> np.ndarray:
-    """A flexible, non-monotone fit: the mean of y in each quantile bin of x (empty bins: global mean)."""
-    edges = np.unique(np.quantile(x_train, np.linspace(0.0, 1.0, n_bins + 1))[1:-1])
-    b_train, b_test = (
-        np.searchsorted(edges, x_train, "right"),
-        np.searchsorted(edges, x_test, "right"),
-    )
-    counts = np.bincount(b_train, minlength=len(edges) + 1)
-    sums = np.bincount(b_train, weights=y_train, minlength=len(edges) + 1)
-    means = np.where(counts > 0, sums / np.maximum(counts, 1), y_train.mean())
-    return means[b_test]
+def _z(d: np.ndarray, groups: np.ndarray, tasks: np.ndarray | None, t: AuditThresholds) -> float:
+    """Clustered by group; with enough tasks also by task, and the smaller z counts."""
+    z = clustered_z(d, groups)[1]
+    if tasks is not None and len(np.unique(tasks)) >= t.min_task_clusters:
+        z = min(z, clustered_z(d, tasks)[1])
+    return z
 
 
-def _isotonic(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray) -> np.ndarray:
-    return apply_map(*fit_isotonic(x_train, y_train), x_test)
+def _effect(d: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(RMS effect in score units, relative MSE change) of per-pair squared-error differences."""
+    mean, base = float(d.mean()), float(ref.mean())
+    return math.sqrt(max(mean, 0.0)), (mean / base if base > 0 else 0.0)
 
 
-def _paired(err_ref: np.ndarray, err_alt: np.ndarray) -> tuple[float, float]:
-    """Relative MSE reduction of alt over ref and its paired z-score."""
-    d = err_ref - err_alt
-    ref = float(err_ref.mean())
-    gain = float(d.mean()) / ref if ref > 0 else 0.0
-    sd = float(d.std(ddof=1)) if len(d) > 1 else 0.0
-    z = float(d.mean()) / (sd / math.sqrt(len(d))) if sd > 0 else 0.0
-    return gain, z
-
-
-def monotonicity(true: np.ndarray, pred: np.ndarray, t: AuditThresholds) -> tuple[float, float]:
-    """(a): held-out gain of binned means over isotonic, both fitting phi = E[r_hat | r]."""
+def monotonicity(
+    true: np.ndarray, pred: np.ndarray, groups: np.ndarray, tasks: np.ndarray | None, t: AuditThresholds
+) -> tuple[float, float, float]:
+    """(a): (effect, relative gain, z) of binned means over isotonic, both fitting phi = E[r_hat | r]."""
     err_iso, err_flex = np.empty(len(true)), np.empty(len(true))
-    for test in _folds(len(true), t.folds, np.random.default_rng(t.seed)):
+    for test in group_folds(groups, t.folds):
         train = np.ones(len(true), dtype=bool)
         train[test] = False
-        err_iso[test] = (_isotonic(true[train], pred[train], true[test]) - pred[test]) ** 2
-        err_flex[test] = (
-            _binned_means(true[train], pred[train], true[test], t.n_bins) - pred[test]
-        ) ** 2
-    return _paired(err_iso, err_flex)
+        iso, flex = _flexible(true[train], pred[train], true[test], t)
+        err_iso[test], err_flex[test] = (iso - pred[test]) ** 2, (flex - pred[test]) ** 2
+    d = err_iso - err_flex
+    return (*_effect(d, err_iso), _z(d, groups, tasks, t))
 
 
 def old_vs_recent(
-    x: np.ndarray, y: np.ndarray, window: int, t: AuditThresholds, *, overlap: bool
-) -> tuple[float, float, int]:
-    """(b): an isotonic map of y on x fit on the older pairs vs one fit on the recent window, scored
-    on held-out recent pairs (only those with x inside the older pairs' range if ``overlap``).
-    Returns (relative gap, z, number of scored pairs); NaNs when fewer than ``min_overlap`` scored."""
+    x: np.ndarray, y: np.ndarray, groups: np.ndarray, tasks: np.ndarray | None, window: int,
+    t: AuditThresholds, *, overlap: bool,
+) -> tuple[float, float, float, int]:
+    """(b): an isotonic map of y on x fit on the older pairs vs one fit on held-out recent groups,
+    scored on the recent pairs (only those with x inside the older range if ``overlap``).
+    Returns (effect, relative gap, z, number scored); NaNs when fewer than ``min_overlap`` scored."""
     old_x, old_y, rx, ry = x[:-window], y[:-window], x[-window:], y[-window:]
-    old_map = fit_isotonic(old_x, old_y)
+    rg = groups[-window:]
     scored = np.ones(window, dtype=bool)
     if overlap:
         lo, hi = np.quantile(old_x, [t.overlap_quantile, 1.0 - t.overlap_quantile])
         scored = (rx >= lo) & (rx <= hi)
-    if scored.sum() < t.min_overlap:
-        return float("nan"), float("nan"), int(scored.sum())
-    err_old, err_new = np.empty(window), np.empty(window)
-    for test in _folds(window, t.folds, np.random.default_rng(t.seed + 1)):
+    nan = float("nan")
+    if scored.sum() < t.min_overlap or len(np.unique(rg)) < 2:
+        return nan, nan, nan, int(scored.sum())
+    err_old = (apply_map(*fit_isotonic(old_x, old_y), rx) - ry) ** 2
+    err_new = np.empty(window)
+    for test in group_folds(rg, t.folds):
         train = np.ones(window, dtype=bool)
         train[test] = False
-        err_old[test] = (apply_map(*old_map, rx[test]) - ry[test]) ** 2
-        err_new[test] = (_isotonic(rx[train], ry[train], rx[test]) - ry[test]) ** 2
-    gap, z = _paired(err_old[scored], err_new[scored])
-    return gap, z, int(scored.sum())
+        err_new[test] = (apply_map(*fit_isotonic(rx[train], ry[train]), rx[test]) - ry[test]) ** 2
+    d = (err_old - err_new)[scored]
+    rt = None if tasks is None else tasks[-window:][scored]
+    return (*_effect(d, err_new[scored]), _z(d, rg[scored], rt, t), int(scored.sum()))
+
+
+def _names(offsets: Mapping[str, float], z: Mapping[str, float], t: AuditThresholds, n_tasks: int) -> dict[str, float]:
+    """Tasks whose offset is significant after a Bonferroni correction over tasks, largest first."""
+    from scipy.stats import norm
+
+    crit = float(norm.isf(t.max_task_p / (2 * n_tasks)))
+    hits = [k for k in offsets if abs(z[k]) > crit and abs(offsets[k]) >= t.min_task_sd]
+    hits.sort(key=lambda k: -abs(offsets[k]))
+    return {k: offsets[k] for k in hits[: t.named_tasks]}
+
+
+def _update_streaks(report: AuditReport, previous: Mapping[str, int] | None, t: AuditThresholds) -> int:
+    """Streaks per check; returns how many consecutive flags make a warning."""
+    for check in CHECKS:
+        report.streaks[check] = (previous or {}).get(check, 0) + 1 if check in report.flags else 0
+    return 1 if previous is None else t.persist
 
 
 def audit_pool(
     predicted: np.ndarray,
     true: np.ndarray,
     *,
+    groups: Sequence[str] | None = None,
+    tasks: Sequence[str] | None = None,
     chased: np.ndarray | None = None,
     recent_window: int = 128,
     thresholds: AuditThresholds | None = None,
+    streaks: Mapping[str, int] | None = None,
 ) -> AuditReport:
-    """Audit Assumption 6 on pool arrays (insertion order). ``chased``: recent world-model scores that
-    were calibrated (the range GRPO pushes into); without it, the pool's recent r_hat stand in."""
+    """Audit Assumption 6 on pool arrays (insertion order).
+
+    ``groups``/``tasks``: the GRPO group and task of each pair (None: every pair its own group; no task
+    check). ``chased``: recent world-model scores that were calibrated (the range GRPO pushes into);
+    without it, the pool's recent r_hat stand in. ``streaks``: the previous audit's, for the
+    persistence rule (None: a one-off audit, a flag warns at once).
+    """
     t = thresholds or AuditThresholds()
     pred = as_scores("audit predicted", predicted)[-t.max_pairs :]
     true = as_scores("audit true", true)[-t.max_pairs :]
     if len(pred) != len(true):
         raise ValueError(f"audit: {len(pred)} predicted but {len(true)} true scores")
     n = len(pred)
+    for name, labels in (("groups", groups), ("tasks", tasks)):
+        if labels is not None and len(labels[-t.max_pairs :]) != n:
+            raise ValueError(f"audit: {n} pairs but {len(labels)} {name}")
+    # Integer codes from here on (np.unique on strings dominates an audit otherwise).
+    g = np.arange(n) if groups is None else codes_of(np.asarray(groups, dtype=object)[-t.max_pairs :])
+    task_names, k = (None, None) if tasks is None else np.unique(
+        np.asarray(tasks, dtype=object)[-t.max_pairs :], return_inverse=True
+    )
     nan = float("nan")
     window = min(t.stationarity_window or max(recent_window, n // 4), n)
-    report = AuditReport(n, nan, nan, nan, nan, nan, window, nan, 0, nan, t)
-    if n < t.min_pairs:
-        report.skipped.append(f"all checks: only {n} anchor pairs, the audit needs {t.min_pairs}")
+    n_groups = int(g.max()) + 1 if n else 0
+    n_tasks = 0 if task_names is None else len(task_names)
+    spread = within_group_sd(pred, g) if n else nan
+    report = AuditReport(
+        n, n_groups, n_tasks, spread, nan, nan, nan, nan, nan, nan, nan, window, nan, nan, nan, nan, {},
+        nan, 0, 0, nan, t,
+    )
+    if n < t.min_pairs or n_groups < t.min_groups:
+        report.skipped.append(
+            f"all checks: {n} anchor pairs in {n_groups} groups, the audit needs {t.min_pairs} pairs "
+            f"in {t.min_groups} groups"
+        )
+        _update_streaks(report, streaks, t)
         return report
+    # Judged against the within-group spread of r_hat; without any (constant groups), against 1 unit.
+    scale = spread if spread > 0 else 1.0
+    messages: dict[str, str] = {}
 
-    report.monotonicity_gain, report.monotonicity_z = monotonicity(true, pred, t)
-    if report.monotonicity_gain > t.max_monotonicity_gain and report.monotonicity_z > t.min_z:
-        report.warnings.append(
-            "world-model bias looks non-monotone: a flexible fit of r_hat against the true score "
-            f"beats the isotonic fit by {report.monotonicity_gain:.0%} held-out MSE "
-            f"(z = {report.monotonicity_z:.1f}); Assumption 6 fails and the debiasing correction "
-            "cannot be trusted"
+    eff, gain, z = monotonicity(true, pred, g, k, t)
+    report.monotonicity_effect, report.monotonicity_gain, report.monotonicity_z = eff, gain, z
+    if eff / scale > t.max_monotonicity_ratio and z > t.z_crit:
+        messages["monotonicity"] = (
+            "world-model bias looks non-monotone: a flexible fit of r_hat against the true score beats "
+            f"the isotonic fit by an RMS of {eff:.3f} score units ({eff / scale:.0%} of the within-group "
+            f"spread of r_hat, held-out groups, z = {z:.1f} clustered by group); Assumption 6 fails and "
+            "the debiasing correction cannot be trusted"
         )
 
     if n - window < t.min_old_pairs or window < 2 * t.folds:
@@ -188,34 +264,69 @@ def audit_pool(
             f"stationarity: needs {t.min_old_pairs} pairs older than the recent {window}, has {n - window}"
         )
     else:
-        gap, z, scored = old_vs_recent(true, pred, window, t, overlap=True)
-        report.stationarity_gap, report.stationarity_z = gap, z
-        report.map_lag_gap = old_vs_recent(pred, true, window, t, overlap=False)[0]
+        eff, gap, z, scored = old_vs_recent(true, pred, g, k, window, t, overlap=True)
+        report.stationarity_effect, report.stationarity_gap, report.stationarity_z = eff, gap, z
+        report.map_lag_gap = old_vs_recent(pred, true, g, None, window, t, overlap=False)[1]
         if math.isnan(gap):
             report.skipped.append(
                 f"stationarity: only {scored} of the last {window} anchors have a true score inside "
                 f"the older anchors' range (need {t.min_overlap}); the policy moved too far to tell "
                 "drift from the move"
             )
-        elif gap > t.max_stationarity_gap and z > t.min_z:
-            report.warnings.append(
-                f"world-model bias drifts: on the last {window} anchor pairs, the world model's "
-                f"distortion phi fit on them predicts r_hat {gap:.0%} better (held-out MSE, "
-                f"z = {z:.1f}) than phi fit on older pairs; the pool-wide debiasing map mixes old and "
-                "new bias"
+        elif eff / scale > t.max_stationarity_ratio and z > t.z_crit:
+            messages["stationarity"] = (
+                f"world-model bias drifts: on the last {window} anchor pairs, phi fit on them predicts "
+                f"r_hat better than phi fit on older pairs by an RMS of {eff:.3f} score units "
+                f"({eff / scale:.0%} of the within-group spread, z = {z:.1f} clustered by group); "
+                "the pool-wide debiasing map mixes old and new bias"
             )
 
-    chased_scores = (
-        pred[-window:] if chased is None or len(chased) == 0 else as_scores("chased", chased)
-    )
+    if k is None:
+        report.skipped.append("per-task bias: the pairs carry no task ids")
+    elif n_tasks < 2:
+        report.skipped.append("per-task bias: the pairs come from one task")
+    else:
+        # Tested on the world model's side, r_hat - phi(r), phi fit with the task held out: f_hat(r_hat)
+        # - r also differs by task when tasks merely score differently (E[r | r_hat] shrinks each task
+        # towards the pool's mean), but phi = E[r_hat | r] does not depend on which scores a task has.
+        effects = task_effects(pred - cross_fitted(true, pred, k, t.folds), g, k)
+        calibrated = task_effects(cross_fitted(pred, true, g, t.folds) - true, g, k)
+        if effects is None or calibrated is None:
+            report.skipped.append("per-task bias: needs a task with two groups")
+        else:
+            report.task_share, report.wm_task_share = calibrated.share, effects.share
+            report.task_sd, report.task_p = effects.sd, effects.p_value
+            named = _names(effects.means, effects.z, t, effects.n_tasks)
+            report.task_offsets = {str(task_names[int(code)]): v for code, v in named.items()}
+            if effects.p_value < t.max_task_p and effects.sd >= t.min_task_sd and report.task_offsets:
+                names = ", ".join(f"{name} ({v:+.2f})" for name, v in report.task_offsets.items())
+                messages["task_bias"] = (
+                    f"world-model bias differs by task: per-task offsets of sd {effects.sd:.3f} score units "
+                    f"(F test p = {effects.p_value:.1e}, groups as units); task explains "
+                    f"{calibrated.share:.0%} of the calibrated residual variance; tasks most off (r_hat "
+                    f"above or below phi(r)): {names}; one global debiasing map cannot correct a "
+                    "per-task bias"
+                )
+
+    chased_scores = pred[-window:] if chased is None or len(chased) == 0 else as_scores("chased", chased)
     report.high_threshold = float(np.quantile(chased_scores, t.high_quantile))
-    report.n_support_high = int(np.count_nonzero(pred >= report.high_threshold))
+    high = pred >= report.high_threshold
+    report.n_support_high = int(np.count_nonzero(high))
+    report.n_groups_high = len(np.unique(g[high]))
     report.high_true_frac = float(np.mean(true[-window:] >= t.high_score))
-    if report.n_support_high < t.min_support:
-        report.warnings.append(
+    if report.n_support_high < t.min_support or report.n_groups_high < t.min_support_groups:
+        messages["coverage"] = (
             f"anchors do not cover the high scores GRPO chases: the top {1 - t.high_quantile:.0%} of "
             f"world-model scores (r_hat >= {report.high_threshold:.2f}) rest on only "
-            f"{report.n_support_high} anchor pairs (need {t.min_support}); the debiasing map there is "
-            "an extrapolation"
+            f"{report.n_support_high} anchor pairs from {report.n_groups_high} groups (need "
+            f"{t.min_support} from {t.min_support_groups}); the debiasing map there is an extrapolation"
         )
+
+    report.flags = [c for c in CHECKS if c in messages]
+    persist = _update_streaks(report, streaks, t)
+    report.warnings = [
+        messages[c] + (f" [flagged at {report.streaks[c]} consecutive audits]" if persist > 1 else "")
+        for c in report.flags
+        if report.streaks[c] >= persist
+    ]
     return report

@@ -10,6 +10,11 @@ state (f_hat's knots, eta2, eta2_cal, rho, ...), atomically replaced by ``save()
 every ``SNAPSHOT_EVERY`` logged steps. ``load`` restores the snapshot and replays the log records
 after it through the same deterministic update, so the restored calibrator is bit-identical to one
 that never stopped, and an update costs one fsync instead of a full state rewrite.
+
+Prequential residuals (issue 7): every pair is scored, for eta2, by the map that existed *before* it
+arrived; the pairs of the warm-up (scored by no map) get group-wise out-of-fold values at the first fit.
+So eta2 and eta2_cal are out-of-sample residuals of the same kind, and rho does not creep up as the pool
+grows nor saw-tooth at refits. The snapshot keeps the newest ``eta_window`` of these values.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from wmrl.calibration.audit import AuditReport, AuditThresholds, audit_pool
-from wmrl.calibration.debias import Debiaser, as_scores
+from wmrl.calibration.debias import Debiaser, as_scores, cross_fitted
 from wmrl.calibration.denoise import Denoiser
 from wmrl.calibration.pool import LOG_NAME, AnchorPair, AnchorPool, read_log
 from wmrl.config import AlgorithmConfig
@@ -32,7 +37,7 @@ from wmrl.io import atomic_write_json, read_json
 
 STATE_NAME = "calibrator.json"
 AUDIT_NAME = "audit.json"  # the latest Assumption-6 audit, for `wmrl status` and people
-FORMAT = 1
+FORMAT = 2  # 2: prequential residuals; a format-1 snapshot is rebuilt from the log on load
 CHASED_KEEP = 1024  # how many recent calibrate() inputs the coverage audit looks at
 SNAPSHOT_EVERY = 64  # logged steps between automatic snapshots (bounds the replay on load)
 
@@ -60,6 +65,8 @@ class Calibrator:
         self.denoiser = Denoiser(w_max=cfg.w_max)
         self.last_step = -1
         self._chased = np.empty(0, dtype=np.float64)  # recent world-model scores (audit coverage)
+        self._prequential: list[float] = []  # per pool pair: its calibrated score out of sample
+        self._audit_streaks: dict[str, int] = {}  # consecutive audits each check has flagged
         self._unsaved = 0  # logged steps since the last snapshot
         if self.directory is not None:
             self.save()  # the flags and the empty state: load() always finds a snapshot
@@ -75,22 +82,32 @@ class Calibrator:
         if step < self.last_step:
             raise ValueError(f"step {step} is older than the last observed step {self.last_step}")
         self.last_step = int(step)
-        if self.pool.add(pairs, step=step) == 0:
+        added = self.pool.add(pairs, step=step)
+        if added == 0:
             return  # no new anchors this step: f_hat, eta2 and rho stay as they were
-        self._update()
+        self._update(added)
         self._unsaved += 1
         if self.directory is not None and self._unsaved >= SNAPSHOT_EVERY:
             self.save()
 
-    def _update(self) -> None:
-        """Refit if due (Eq. 4), then eta2/rho on the recent window (Eq. 5 weight); deterministic."""
-        if self.debias:
-            self.debiaser.update(*self.pool.arrays())
+    def _update(self, added: int) -> None:
+        """Score the ``added`` newest pairs with the current map (prequential), refit if due (Eq. 4),
+        then eta2/rho on the recent window (Eq. 5 weight); deterministic."""
+        new_pred = self.pool.arrays(last=added)[0]
+        # denoise_only (no debiasing): the residual is that of the raw r_hat
+        self._prequential.extend((self.debiaser(new_pred) if self.debias else new_pred).tolist())
+        if self.debias and self.debiaser.update(*self.pool.arrays()) and self.debiaser.n_refits == 1:
+            # End of warm-up: these pairs met no map before; score each group by a map fit without it.
+            pred, true = self.pool.arrays()
+            groups = [p.group_id for p in self.pool.recent(len(self.pool))]
+            if len(set(groups)) < 2:
+                groups = [str(i) for i in range(len(groups))]  # one group only: leave-pairs-out
+            if len(groups) >= 2:
+                self._prequential = cross_fitted(pred, true, groups).tolist()
         window = self.pool.recent(self.cfg.eta_window)
-        r_hat = np.fromiter((p.predicted for p in window), dtype=np.float64, count=len(window))
-        r = np.fromiter((p.true for p in window), dtype=np.float64, count=len(window))
-        residual_base = self.debiaser(r_hat) if self.debias else r_hat  # denoise_only: raw r_hat
-        self.denoiser.update(residual_base, r, [p.group_id for p in window], self.warmed_up)
+        r = self.pool.arrays(last=len(window))[1]
+        calibrated = np.asarray(self._prequential[len(self._prequential) - len(window) :])
+        self.denoiser.update(calibrated, r, [p.group_id for p in window], self.warmed_up)
 
     def calibrate(self, r_hat: ArrayLike) -> np.ndarray:
         """f_hat(r_hat) (Eq. 4); identity before ``min_pairs`` pairs or when debiasing is off. Pure."""
@@ -122,15 +139,25 @@ class Calibrator:
         }
 
     def audit(self, thresholds: AuditThresholds | None = None) -> AuditReport:
-        """Assumption-6 audit of the pool (see wmrl/calibration/audit.py); logs its warnings."""
-        pred, true = self.pool.arrays()
+        """Assumption-6 audit of the pool (see wmrl/calibration/audit.py); logs its warnings.
+
+        Meant to run at every refit: a check warns only once it has flagged at several consecutive
+        audits of this calibrator (the streaks survive a restart through ``audit.json``).
+        """
+        t = thresholds or AuditThresholds()
+        pred, true = self.pool.arrays(last=t.max_pairs)
+        pairs = self.pool.recent(len(pred))
         report = audit_pool(
             pred,
             true,
+            groups=[p.group_id for p in pairs],
+            tasks=[p.task_id for p in pairs],
             chased=self._chased if len(self._chased) else None,
             recent_window=self.cfg.eta_window,
-            thresholds=thresholds,
+            thresholds=t,
+            streaks=self._audit_streaks,
         )
+        self._audit_streaks = dict(report.streaks)
         for message in report.warnings:
             log.warning("calibration audit: %s", message)
         if self.directory is not None:
@@ -151,6 +178,8 @@ class Calibrator:
             "debiaser": self.debiaser.to_state(),
             "denoiser": self.denoiser.to_state(),
             "chased": self._chased.tolist(),  # restored as of the last snapshot
+            # eta2 only ever reads the newest eta_window out-of-sample scores
+            "prequential": self._prequential[len(self._prequential) - self.cfg.eta_window :],
         }
         atomic_write_json(self.directory / STATE_NAME, state)
         self._unsaved = 0
@@ -167,13 +196,14 @@ class Calibrator:
         if not path.exists():
             raise FileNotFoundError(f"no calibration state in {directory} (expected {STATE_NAME})")
         state = read_json(path)
-        if state.get("format") != FORMAT:
-            raise ValueError(f"{path}: unsupported format {state.get('format')!r} (reads {FORMAT})")
+        if state.get("format") not in (1, FORMAT):
+            raise ValueError(f"{path}: unsupported format {state.get('format')!r} (reads 1, {FORMAT})")
         # In memory while the snapshot and the log are replayed into it; attached at the end.
         cal = cls(cfg, debias=state["debias"], denoise=state["denoise"])
         records = read_log(directory, max_step=step) if (directory / LOG_NAME).exists() else []
         done = 0  # records covered by the snapshot
-        if step is None or state["last_step"] <= step:
+        # A format-1 snapshot has no prequential scores: rebuild everything from the log instead.
+        if state["format"] == FORMAT and (step is None or state["last_step"] <= step):
             counts = np.cumsum([0] + [len(batch) for _, batch, _ in records])
             hits = np.flatnonzero(counts == state["n_pairs"])
             if not len(hits):
@@ -190,11 +220,15 @@ class Calibrator:
             cal.denoiser = Denoiser.from_state(state["denoiser"], w_max=cfg.w_max)
             cal.last_step = int(state["last_step"])
             cal._chased = np.asarray(state["chased"], dtype=np.float64)
+            tail = [float(v) for v in state["prequential"]]
+            cal._prequential = [math.nan] * (len(cal.pool) - len(tail)) + tail
         # else: the snapshot is newer than the requested step; rebuild from the start of the log.
         for record_step, batch, _ in records[done:]:  # replay exactly what observe() did
             cal.pool.extend_loaded(batch)
-            cal._update()
+            cal._update(len(batch))
             cal.last_step = max(cal.last_step, record_step)
+        previous = read_audit(directory)  # the persistence rule's streaks continue across a restart
+        cal._audit_streaks = dict(previous.get("streaks") or {}) if previous else {}
         cal.directory = directory
         cal.pool.attach(directory, records[-1][2] if records else 0)
         cal._unsaved = len(records) - done

@@ -1,9 +1,12 @@
 """Inverse-Variance Denoising (paper §3.3, Eq. 5 implementation form; Appendix D).
 
-eta2     = mean over the recent window of (f_hat(r_hat) - r)^2, divided by the mean within-group
+eta2     = mean over the recent window of (f(r_hat) - r)^2, divided by the mean within-group
            variance of the true scores in the same window (Appendix D: the normalisation turns a
-           reward-level statistic into an estimate of the gradient-level variance ratio);
-eta2_cal = eta2 at the end of warm-up (the first fit), fixed for the rest of the run (c = 1/eta2_cal);
+           reward-level statistic into an estimate of the gradient-level variance ratio). The
+           calibrated score f(r_hat) of each pair is *prequential* (out of sample): the map that
+           existed before the pair arrived (the Calibrator keeps these; see docs/calibration.md);
+eta2_cal = eta2 at the end of warm-up (the first fit), fixed for the rest of the run (c = 1/eta2_cal),
+           with its mean squared residual floored at ``RESOLUTION**2`` (score units);
 rho      = clip(1 + eta2 / eta2_cal, 1, w_max)                (the anchor-group weight of Eq. 5).
 
 Degenerate cases (documented in docs/calibration.md):
@@ -13,8 +16,10 @@ Degenerate cases (documented in docs/calibration.md):
   window): the normaliser falls back to the variance of all true scores in the window; if that is
   zero too, the window says nothing about the score spread and eta2/rho are left unchanged (and
   eta2_cal, if not yet set, is set at the next informative window);
-- eta2_cal = 0 (a perfect fit at warm-up): it is floored at ``ETA2_CAL_FLOOR``, so rho = 1 while the
-  residual stays exactly zero and rho -> w_max as soon as any residual appears.
+- a (near) noise-free world model: the residual at warm-up is float rounding or interpolation error.
+  The calibration residual is floored in score units (RMS ``RESOLUTION``, below one step of a
+  60-entry leaderboard), not as a ratio, so rho stays ~1 while the world model stays that good and
+  rho = 2 once its RMS error reaches ``RESOLUTION``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-ETA2_CAL_FLOOR = 1e-8
+# Score units: a world model whose calibrated scores are off by less than this (RMS) is treated as
+# exact when eta2_cal is recorded. 0.01 is below one position on a 60-entry leaderboard (1/60).
+RESOLUTION = 0.01
 
 
 def within_group_variance(true: np.ndarray, group_ids: Sequence[str]) -> float:
@@ -57,19 +64,22 @@ def spread_normaliser(true: np.ndarray, group_ids: Sequence[str]) -> float:
 
 
 def normalised_residual(
-    calibrated: np.ndarray, true: np.ndarray, group_ids: Sequence[str]
+    calibrated: np.ndarray, true: np.ndarray, group_ids: Sequence[str], *, min_mse: float = 0.0
 ) -> float | None:
-    """eta2 of one window; None when the window has no spread of true scores to normalise by."""
+    """eta2 of one window (its MSE floored at ``min_mse``, score units squared); None when the window
+    has no spread of true scores to normalise by."""
     norm = spread_normaliser(true, group_ids)
     if not (norm > 0.0):
         return None
-    mse = float(np.mean((calibrated - true) ** 2))
-    return mse / norm
+    mse = float(np.mean((np.asarray(calibrated) - np.asarray(true)) ** 2))
+    return max(mse, min_mse) / norm
 
 
 def rho_from(eta2: float, eta2_cal: float, w_max: float) -> float:
-    """rho = clip(1 + eta2 / eta2_cal, 1, w_max) with eta2_cal floored (Eq. 5 weight)."""
-    return float(min(max(1.0 + eta2 / max(eta2_cal, ETA2_CAL_FLOOR), 1.0), w_max))
+    """rho = clip(1 + eta2 / eta2_cal, 1, w_max) (Eq. 5 weight); eta2_cal > 0 by construction."""
+    if not eta2_cal > 0.0:
+        raise ValueError(f"eta2_cal={eta2_cal!r} must be > 0 (it is floored in score units when recorded)")
+    return float(min(max(1.0 + eta2 / eta2_cal, 1.0), w_max))
 
 
 @dataclass
@@ -83,15 +93,16 @@ class Denoiser:
     def update(
         self, calibrated: np.ndarray, true: np.ndarray, group_ids: Sequence[str], warmed_up: bool
     ) -> None:
-        """Recompute eta2 and rho from one recent window; call only when new pairs arrived."""
+        """Recompute eta2 and rho from one recent window of out-of-sample calibrated scores; call only
+        when new pairs arrived."""
         if not warmed_up:
             return  # rho = 1 until the end of warm-up
         eta2 = normalised_residual(calibrated, true, group_ids)
         if eta2 is None:
             return  # no score spread in the window: keep the previous eta2 and rho
         self.eta2 = eta2
-        if self.eta2_cal is None:
-            self.eta2_cal = eta2
+        if self.eta2_cal is None:  # recorded once; floored in score units (see RESOLUTION)
+            self.eta2_cal = normalised_residual(calibrated, true, group_ids, min_mse=RESOLUTION**2)
         self.rho = rho_from(eta2, self.eta2_cal, self.w_max)
         self.n_updates += 1
 

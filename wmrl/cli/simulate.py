@@ -61,7 +61,8 @@ def run_one(cfg: WMRLConfig, scenario: str, variants: list[str], seeds: int, out
     from wmrl.simulate.report import write_report
     from wmrl.simulate.sweep import run_sweep
 
-    sweep = run_sweep(cfg, variants, range(seeds), workers=workers, desc=f"simulate[{scenario}]")
+    sweep = run_sweep(cfg, variants, range(seeds), workers=workers, desc=f"simulate[{scenario}]",
+                      pool_root=out / "pools")
     extra = {
         "scenario": scenario,
         "out": str(out),

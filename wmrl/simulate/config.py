@@ -2,11 +2,14 @@
 
 The testbed (see ``docs/simulate.md``): ``tasks`` tasks, each with ``candidates`` solution approaches of
 known true quality; a trajectory picks an approach, and its solution either crashes (true score 0) or
-scores the approach's quality. A synthetic world model predicts ``r_hat = phi(r) + noise``.
+scores the approach's quality. A synthetic world model predicts ``r_hat = phi(r) + offsets + noise``
+(``wmrl/simulate/world_model.py``).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 
 from wmrl.config_checks import ConfigError, check_choice, check_range
@@ -14,6 +17,8 @@ from wmrl.config_checks import ConfigError, check_choice, check_range
 # Distortions phi of the synthetic world model (wmrl/simulate/world_model.py documents each one).
 PHIS: tuple[str, ...] = ("identity", "power", "logistic", "bump", "inverted", "noise")
 MONOTONE_PHIS: tuple[str, ...] = ("identity", "power", "logistic")
+KNOTS = "knots"  # phi = the piecewise-linear curve through phi_knots / drift_knots
+NOISE_FAMILIES: tuple[str, ...] = ("gaussian", "student_t")
 
 
 @dataclass
@@ -50,14 +55,24 @@ class SimulatorConfig:
     crash_slope: float = 0.3
     lr: float = 30.0  # step size on the policy logits
     entropy_coef: float = 0.0  # entropy bonus per group (keeps a collapsed task able to recover)
-    # World model: r_hat = clip(phi(r) + N(0, wm_noise^2), 0, 1).
+    # World model: r_hat = clip(phi(r) + task offset + group offset + noise, 0, 1).
+    # phi: a named distortion (PHIS), "knots" (piecewise linear through phi_knots), or an arithmetic
+    # expression in r such as "0.2 + 0.6*r", "0.3", "1 - (1 - r)**3", "0.5 + 0.4*sin(2*pi*r)"
+    # (wmrl/simulate/expression.py: parsed with a whitelist, never eval'd).
     phi: str = "power"
     phi_param: float = 0.3  # power: exponent; logistic: slope; bump: height; inverted: range width
-    wm_noise: float = 0.03
+    phi_knots: list[list[float]] | None = None  # [[r, phi(r)], ...] with r increasing, from 0 to 1
+    wm_noise: float = 0.03  # gaussian: the sd; student_t: the scale of wm_noise * t(wm_noise_df)
+    wm_noise_family: str = "gaussian"
+    wm_noise_df: float = 3.0  # student_t degrees of freedom (heavy tails when small)
+    wm_group_sd: float = 0.0  # sd of an offset shared by a group's trajectories (one misread overview)
+    wm_task_offset: float = 0.0  # added to r_hat of the first wm_task_offset_frac of the tasks
+    wm_task_offset_frac: float = 0.5
     # Drift: from this step on phi becomes drift_phi(drift_param) (null: never).
     drift_step: int | None = None
-    drift_phi: str = "identity"
+    drift_phi: str = "identity"  # same forms as phi
     drift_param: float = 1.0
+    drift_knots: list[list[float]] | None = None
     # Degradation: from this step on the world-model noise becomes degrade_noise (null: never).
     degrade_step: int | None = None
     degrade_noise: float = 0.5
@@ -81,11 +96,15 @@ class SimulatorConfig:
             )
         check_range(f"{prefix}.lr", self.lr, 0.0, low_open=True)
         check_range(f"{prefix}.entropy_coef", self.entropy_coef, 0.0)
-        check_choice(f"{prefix}.phi", self.phi, PHIS)
-        check_choice(f"{prefix}.drift_phi", self.drift_phi, PHIS)
-        _check_phi_param(f"{prefix}.phi_param", self.phi, self.phi_param)
-        _check_phi_param(f"{prefix}.drift_param", self.drift_phi, self.drift_param)
+        _check_phi(prefix, "phi", self.phi, "phi_param", self.phi_param, "phi_knots", self.phi_knots)
+        _check_phi(prefix, "drift_phi", self.drift_phi, "drift_param", self.drift_param, "drift_knots",
+                   self.drift_knots)
         check_range(f"{prefix}.wm_noise", self.wm_noise, 0.0)
+        check_choice(f"{prefix}.wm_noise_family", self.wm_noise_family, NOISE_FAMILIES)
+        check_range(f"{prefix}.wm_noise_df", self.wm_noise_df, 0.0, low_open=True)
+        check_range(f"{prefix}.wm_group_sd", self.wm_group_sd, 0.0)
+        check_range(f"{prefix}.wm_task_offset", self.wm_task_offset, -1.0, 1.0)
+        check_range(f"{prefix}.wm_task_offset_frac", self.wm_task_offset_frac, 0.0, 1.0)
         check_range(f"{prefix}.degrade_noise", self.degrade_noise, 0.0)
         check_range(f"{prefix}.exec_noise", self.exec_noise, 0.0)
         for key in ("drift_step", "degrade_step"):
@@ -95,6 +114,41 @@ class SimulatorConfig:
         check_range(f"{prefix}.target_score", self.target_score, 0.0, 1.0)
         check_range(f"{prefix}.log_every", self.log_every, 1)
         self.cost.validate(f"{prefix}.cost")
+
+
+def _check_phi(
+    prefix: str, phi_key: str, phi: str, param_key: str, param: float, knots_key: str,
+    knots: list[list[float]] | None,
+) -> None:
+    """phi is a named distortion (its parameter checked), "knots" (the table checked) or an expression."""
+    from wmrl.config import ConfigError
+
+    if phi in PHIS:
+        _check_phi_param(f"{prefix}.{param_key}", phi, param)
+    elif phi == KNOTS:
+        _check_knots(f"{prefix}.{knots_key}", knots)
+    else:
+        from wmrl.simulate.expression import Expression, ExpressionError
+
+        try:
+            Expression(phi).check_finite()
+        except ExpressionError as err:
+            raise ConfigError(
+                f"{prefix}.{phi_key}: {err} (or one of: {', '.join(PHIS)}, {KNOTS})"
+            ) from None
+
+
+def _check_knots(key: str, knots: list[list[float]] | None) -> None:
+    from wmrl.config import ConfigError
+
+    if not knots or len(knots) < 2:
+        raise ConfigError(f"{key} must list at least two [r, phi] knots when phi is {KNOTS!r}, got {knots!r}")
+    for i, knot in enumerate(knots):
+        if len(knot) != 2 or not all(math.isfinite(v) for v in knot):
+            raise ConfigError(f"{key}[{i}]={list(knot)!r} must be a pair [r, phi] of finite numbers")
+    xs = [k[0] for k in knots]
+    if xs[0] != 0.0 or xs[-1] != 1.0 or any(b <= a for a, b in itertools.pairwise(xs)):
+        raise ConfigError(f"{key}: the r of the knots must increase strictly from 0 to 1, got {xs}")
 
 
 def _check_phi_param(key: str, phi: str, value: float) -> None:

@@ -119,7 +119,7 @@ def wmrl_step(
     # 2. score: anchors really executed (true r), every trajectory scored by the world model (r_hat)
     executed, anchor = source.execute(tasks, actions, scores, anchor)
     scored = world_model is not None
-    r_hat = world_model.predict(scores, step, rng) if scored else np.full(scores.shape, np.nan)
+    r_hat = world_model.predict(scores, step, rng, tasks) if scored else np.full(scores.shape, np.nan)
     meter.charge(
         executions=int(anchor.sum()) * n, wm_calls=g * n if scored else 0, trajectories=g * n, updates=1
     )

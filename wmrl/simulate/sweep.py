@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -22,11 +23,11 @@ class SweepResult:
     workers: int
 
 
-def _job(args: tuple[WMRLConfig, str, int]) -> RunResult:
-    cfg, variant, seed = args
+def _job(args: tuple[WMRLConfig, str, int, Path | None]) -> RunResult:
+    cfg, variant, seed, pool_root = args
     # The audit's verdict is in the run's result (and the table); its log lines would break the bar.
     logging.getLogger("wmrl.calibration").setLevel(logging.ERROR)
-    return train(cfg, variant, seed)
+    return train(cfg, variant, seed, pool_root)
 
 
 def check_variants(names: Sequence[str]) -> list[str]:
@@ -44,10 +45,12 @@ def run_sweep(
     on_result: Callable[[RunResult], None] | None = None,
     progress: bool | None = None,
     desc: str = "simulate",
+    pool_root: Path | None = None,
 ) -> SweepResult:
-    """Train every (variant, seed); ``on_result`` sees each run as it finishes (in this process)."""
+    """Train every (variant, seed); ``on_result`` sees each run as it finishes (in this process);
+    ``pool_root``: keep each run's anchor pairs there (``train``)."""
     variants = check_variants(variants)
-    jobs = [(cfg, v, int(s)) for v in variants for s in seeds]
+    jobs = [(cfg, v, int(s), pool_root) for v in variants for s in seeds]
     show = sys.stderr.isatty() if progress is None else progress
     started = time.perf_counter()
     results: list[RunResult] = []

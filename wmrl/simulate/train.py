@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import Calibrator
+from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME, Calibrator
+from wmrl.calibration.pool import LOG_NAME
 from wmrl.config import WMRLConfig
 from wmrl.simulate.cost import CostMeter
 from wmrl.simulate.environment import Environment, make_environment
@@ -66,8 +68,11 @@ def _audit_summary(report: Any) -> dict[str, Any]:
 
 
 def _audit_warned(audit: dict[str, Any] | None) -> bool:
+    """Did any audit of the run warn (the run-level verdict)?"""
     if not audit:
         return False
+    if "warned_during_run" in audit:
+        return bool(audit["warned_during_run"])
     for key in ("warn", "warning", "warns", "trusted"):
         if key in audit:
             return (not audit[key]) if key == "trusted" else bool(audit[key])
@@ -99,7 +104,18 @@ class SyntheticScores:
         return executed, anchor
 
 
-def train(cfg: WMRLConfig, variant_name: str, seed: int) -> RunResult:
+def pool_directory(pool_root: Path, variant: str, seed: int) -> Path:
+    """Where a run's calibration state (the anchor-pair log ``pairs.jsonl``, ``calibrator.json``,
+    ``audit.json``) is kept: ``POOL_ROOT/VARIANT-seedSEED``. Files of an earlier run there are replaced."""
+    directory = Path(pool_root) / f"{variant}-seed{seed}"
+    for name in (LOG_NAME, STATE_NAME, AUDIT_NAME):  # only what a Calibrator writes
+        (directory / name).unlink(missing_ok=True)
+    return directory
+
+
+def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None = None) -> RunResult:
+    """One run; with ``pool_root`` its anchor pairs are logged on disk as they arrive (see
+    :func:`pool_directory`), the same files the coordinator keeps in ``RUN_DIR/calibration``."""
     import time
 
     started = time.perf_counter()
@@ -111,7 +127,11 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int) -> RunResult:
     policy = SoftmaxPolicy(env.n_tasks, env.n_candidates)
     meter = CostMeter(sim.cost)
     calibrator = (
-        Calibrator(replace(alg, variant=variant_name, seed=seed), debias=variant.debias, denoise=variant.denoise)
+        Calibrator(
+            replace(alg, variant=variant_name, seed=seed),
+            None if pool_root is None else pool_directory(pool_root, variant_name, seed),
+            debias=variant.debias, denoise=variant.denoise,
+        )
         if variant.trains_on_wm and variant.needs_anchors
         else None
     )
@@ -123,12 +143,20 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int) -> RunResult:
     )
 
     source = SyntheticScores(env, rng)
+    # The audit runs whenever refit_every new pairs arrived after warm-up (at every refit when
+    # debiasing), as in the coordinator; its persistence rule needs the whole sequence.
+    next_audit, last_audit, warned = alg.min_pairs, None, []
     for step in range(sim.steps):
         done = wmrl_step(
             step, variant=variant, alg=alg, source=source, policy=policy,
             world_model=wm if variant.trains_on_wm else None, calibrator=calibrator, meter=meter, rng=rng,
             lr=sim.lr, entropy_coef=sim.entropy_coef,
         )
+        if calibrator is not None and len(calibrator.pool) >= next_audit:
+            last_audit = calibrator.audit()
+            warned += [c for c in last_audit.streaks if c in last_audit.flags
+                       and last_audit.streaks[c] >= last_audit.thresholds.persist and c not in warned]
+            next_audit = len(calibrator.pool) + alg.refit_every
         score = env.score(policy.probs())
         if result.target_step is None and score >= sim.target_score:
             result.target_step, result.target_executions = step + 1, meter.executions
@@ -145,7 +173,10 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int) -> RunResult:
     result.final_score = env.score(policy.probs())
     result.executions, result.wm_calls, result.gpu_hours = meter.executions, meter.wm_calls, meter.gpu_hours
     if calibrator is not None:
-        result.audit = _audit_summary(calibrator.audit())
+        if last_audit is not None:
+            result.audit = {**_audit_summary(last_audit), "warned_during_run": warned}
+        if calibrator.directory is not None:
+            calibrator.save()
         if variant.debias:
             result.fitted_map = calibrator.calibrate(MAP_GRID).tolist()
         pred, tru = calibrator.pool.arrays()
