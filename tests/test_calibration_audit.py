@@ -141,7 +141,7 @@ def test_covered_high_scores_report_support_and_high_fraction() -> None:
 def test_too_few_pairs_skip_every_check() -> None:
     report = audit_pool(*synthetic(NON_MONOTONE["tent"], n=150))
     assert report.ok and np.isnan(report.monotonicity_gain)
-    assert "150 anchor pairs" in report.skipped[0]
+    assert "only 150 anchor pairs" in report.skipped[0]
 
 
 def test_too_few_groups_skip_every_check() -> None:

@@ -240,8 +240,8 @@ def audit_pool(
     )
     if n < t.min_pairs or n_groups < t.min_groups:
         report.skipped.append(
-            f"all checks: {n} anchor pairs in {n_groups} groups, the audit needs {t.min_pairs} pairs "
-            f"in {t.min_groups} groups"
+            f"all checks: only {n} anchor pairs in {n_groups} groups; the audit needs {t.min_pairs} "
+            f"pairs in {t.min_groups} groups"
         )
         _update_streaks(report, streaks, t)
         return report
