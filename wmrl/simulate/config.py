@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.simulate.expression import Expression, ExpressionError
 
 # Distortions phi of the synthetic world model (wmrl/simulate/world_model.py documents each one).
 PHIS: tuple[str, ...] = ("identity", "power", "logistic", "bump", "inverted", "noise")
@@ -121,15 +122,11 @@ def _check_phi(
     knots: list[list[float]] | None,
 ) -> None:
     """phi is a named distortion (its parameter checked), "knots" (the table checked) or an expression."""
-    from wmrl.config import ConfigError
-
     if phi in PHIS:
         _check_phi_param(f"{prefix}.{param_key}", phi, param)
     elif phi == KNOTS:
         _check_knots(f"{prefix}.{knots_key}", knots)
     else:
-        from wmrl.simulate.expression import Expression, ExpressionError
-
         try:
             Expression(phi).check_finite()
         except ExpressionError as err:
@@ -139,8 +136,6 @@ def _check_phi(
 
 
 def _check_knots(key: str, knots: list[list[float]] | None) -> None:
-    from wmrl.config import ConfigError
-
     if not knots or len(knots) < 2:
         raise ConfigError(f"{key} must list at least two [r, phi] knots when phi is {KNOTS!r}, got {knots!r}")
     for i, knot in enumerate(knots):
