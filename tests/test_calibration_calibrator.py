@@ -96,29 +96,27 @@ def test_eta2_cal_is_larger_than_the_in_sample_residual() -> None:
 def test_pairs_after_warm_up_are_scored_by_the_map_before_them() -> None:
     cal = Calibrator(cfg(eta_window=16))
     run(cal, range(4))  # first fit at 64 pairs
+    # 16 pairs: the window is exactly this step's pairs; no refit (96 not reached)
+    assert observe_and_score_with_previous_map(cal, 4) == pytest.approx(cal.snapshot()["eta2"], rel=1e-6)
+
+
+def observe_and_score_with_previous_map(cal: Calibrator, step: int) -> float | None:
+    """Observe one step; return the eta2 of its pairs scored by the map from before the step."""
     before = cal.calibrate(GRID)
-    new = step_pairs(4)  # 16 pairs: the window is exactly this step's pairs; no refit (96 not reached)
-    cal.observe(new, 4)
-    expected = normalised_residual(
+    new = step_pairs(step)
+    cal.observe(new, step)
+    return normalised_residual(
         np.interp([p.predicted for p in new], GRID, before),
         np.array([p.true for p in new]),
         [p.group_id for p in new],
     )
-    assert cal.snapshot()["eta2"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_refit_does_not_rescore_the_pairs_it_was_fit_on() -> None:
     cal = Calibrator(cfg(eta_window=16))
     run(cal, range(5))  # 80 pairs
-    before = cal.calibrate(GRID)
-    new = step_pairs(5)  # reaches 96 pairs: refit after scoring these with the previous map
-    cal.observe(new, 5)
+    expected = observe_and_score_with_previous_map(cal, 5)  # reaches 96 pairs: refit after scoring
     assert cal.snapshot()["n_refits"] == 2
-    expected = normalised_residual(
-        np.interp([p.predicted for p in new], GRID, before),
-        np.array([p.true for p in new]),
-        [p.group_id for p in new],
-    )
     assert cal.snapshot()["eta2"] == pytest.approx(expected, rel=1e-6)
 
 
