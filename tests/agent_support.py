@@ -43,13 +43,13 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return hf
 
 
-def tiny_model(seed: int = 0, vocab: int = 600):
+def tiny_model(seed: int = 0, vocab: int = 600, hidden: int = 32, layers: int = 1, initializer_range: float = 0.02):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    config = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=8192,
-                         tie_word_embeddings=True)
+                         initializer_range=initializer_range, tie_word_embeddings=True)
     return Qwen3ForCausalLM(config).eval()
 
 

@@ -28,6 +28,9 @@ FLAGGED = {
                "files_columns", "KeyError"),
     "column_list": (HEAD + "train = pd.read_csv(f'{DATA_DIR}/train.csv')\nX = train[['x', 'z']]\n" + WRITE,
                     "files_columns", "KeyError"),
+    "undefined_name": (HEAD + "train = pd.read_csv(f'{DATA_DIR}/train.csv')\nmodel = RandomForestClassifier()\n"
+                       + WRITE, "imports", "NameError"),
+    "undefined_in_main": (HEAD + "def main():\n    x = np.zeros(3)\n    " + WRITE + "main()\n", "imports", "NameError"),
     "bare_path": (HEAD + "train = pd.read_csv('train.csv')\n" + WRITE, "files_columns", "FileNotFoundError"),
     "kaggle_path": (HEAD + "train = pd.read_csv('/kaggle/input/x/train.csv')\n" + WRITE, "files_columns",
                     "FileNotFoundError"),
@@ -46,6 +49,10 @@ NOT_FLAGGED = {
     "    pd.read_csv(os.path.join(DATA_DIR, 'extra.csv'))\n" + WRITE,
     "env_default": HEAD + "d = os.environ.get('DATA_DIR', '/data')\ntrain = pd.read_csv(os.path.join(d, 'train.csv'))\n"
     + WRITE,
+    "name_bound_later_in_a_branch": HEAD + "if os.environ.get('X'):\n    y = 1\nelse:\n    y = 2\nprint(y)\n" + WRITE,
+    "name_in_uncalled_function": HEAD + "def f():\n    return np.zeros(3)\n" + WRITE,
+    "star_import": HEAD + "from math import *\nprint(sqrt(2))\n" + WRITE,
+    "comprehension_variable": HEAD + "print([i * 2 for i in range(3)])\n" + WRITE,
     "own_file": HEAD + "pd.DataFrame({'a': [1]}).to_csv('tmp.csv')\nprint(pd.read_csv('tmp.csv'))\n" + WRITE,
     "relative_submission": HEAD + "train = pd.read_csv(f'{DATA_DIR}/train.csv')\n"
     "train[['id', 'y']].to_csv('submission.csv', index=False)\n",

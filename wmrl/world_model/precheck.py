@@ -6,6 +6,9 @@ execution in ``results/world_model/``), so each rule only fires where nothing ca
 - ``syntax``: the code does not compile (SyntaxError, exactly as Python reports it);
 - ``import``: a top-level ``import X`` of a module the probed sandbox cannot import, at a statement that
   always runs, not inside ``try``, and no ``X.py`` written by the code itself;
+- ``name``: a name read at a statement that always runs and bound nowhere in the code (no assignment,
+  import, definition, argument, ...) nor a builtin nor a predefined variable: NameError (skipped when
+  the code uses ``import *``, ``globals()``, ``exec`` and the like);
 - ``no_submission``: the code never mentions ``SUBMISSION_PATH`` nor ``submission.csv``, so the
   sandbox can find no submission file;
 - ``file``: a data file named as a literal under ``DATA_DIR`` and passed straight to a reader
@@ -24,6 +27,7 @@ loops or comprehensions, where it might be skipped or caught.
 from __future__ import annotations
 
 import ast
+import builtins
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +40,7 @@ READERS = {"read_csv", "read_parquet", "read_json", "read_table", "read_excel", 
 DATA_EXTS = (".csv", ".tsv", ".parquet", ".json", ".npy", ".npz", ".txt", ".zip", ".png", ".jpg", ".jpeg",
              ".feather", ".pkl", ".xlsx")
 SANDBOX_DATA_MOUNT = "/sandbox/data"
+PREDEFINED = {"DATA_DIR", "SUBMISSION_PATH", "__file__", "__name__", "__builtins__", "__doc__"}
 
 
 @dataclass(frozen=True)
@@ -203,7 +208,7 @@ class PreCheck:
             text = "".join(traceback.format_exception_only(type(err), err)).rstrip()
             return _verdict("runtime", type(err).__name__, err.lineno, text, f"the code does not compile: {err.msg}")
         reach = _Reach(tree)
-        for rule in (self._imports, self._contract, self._files, self._columns):
+        for rule in (self._imports, self._names, self._contract, self._files, self._columns):
             found = rule(tree, reach, lines, code)
             if found is not None:
                 return found
@@ -222,6 +227,35 @@ class PreCheck:
                     error = f"ModuleNotFoundError: No module named '{top}'"
                     return _verdict("imports", "ModuleNotFoundError", stmt.lineno,
                                     _traceback(lines, stmt.lineno, error), f"'{top}' is not installed in the sandbox")
+        return None
+
+    def _names(self, tree: ast.Module, reach: _Reach, lines: list[str], code: str) -> CheckVerdict | None:
+        if any(word in code for word in ("import *", "globals(", "locals(", "exec(", "eval(", "__builtins__")):
+            return None  # names can appear without a binding the parser sees
+        bound = set(dir(builtins)) | PREDEFINED
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                bound.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound |= set(node.names)
+            elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+                bound.add(node.name)
+        for stmt in _statements(tree):
+            if id(stmt) not in reach.always:
+                continue
+            for node in _evaluated(stmt):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound:
+                    error = f"NameError: name '{node.id}' is not defined"
+                    return _verdict("imports", "NameError", stmt.lineno, _traceback(lines, stmt.lineno, error),
+                                    f"'{node.id}' is never defined or imported")
         return None
 
     def _contract(self, tree: ast.Module, reach: _Reach, lines: list[str], code: str) -> CheckVerdict | None:

@@ -1,0 +1,179 @@
+"""The world model against real execution on held-out reference variants (never used by `wmrl sft`).
+
+    python benchmarks/eval_world_model.py --model DIR [--config CFG.yaml] [key=value ...] [--limit N]
+
+Variants: every built-in task's references spread over its leaderboard (4 per training task, 2 per
+held-out task), each unmodified and with each broken variant of ``wmrl/world_model/variants.py``; their
+real outcomes come from the cache that ``wmrl sft`` fills (executed in bwrap; references from their
+leaderboard run). Held out = every reference of a held-out task, and 25% of the training tasks'
+references (by a hash of their name); only those are scored here.
+
+Measures, with the checks, prompt style and budgets of the run config:
+
+- pre-check coverage (share of real failures it settles) and precision (share of its failures that
+  are real failures: must be 1.0), over ALL variants (training ones included: it learns nothing);
+- the LLM world model with the pre-check on (the default) and off (the paper's exact setting):
+  Pearson and Spearman correlation of r_hat with r, pass/fail accuracy of the predicted validity,
+  JSON-parse fallback and repair rates per answer, world-model calls/s and submissions/s.
+
+Writes results/world_model/eval.json and results/world_model/eval.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from wmrl.config import load_config
+from wmrl.io import atomic_write_json, atomic_write_text
+from wmrl.rollout import Submission
+from wmrl.sandbox import limits_from_config, make_backend
+from wmrl.sandbox.probe import probe_runtime
+from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+from wmrl.world_model.backends import InProcessBackend
+from wmrl.world_model.env import TaskCase, WorldModelEnvironment
+from wmrl.world_model.precheck import PreCheck
+from wmrl.world_model.variants import make_variants, real_outcomes
+
+OUT = Path(__file__).resolve().parents[1] / "results" / "world_model"
+
+
+def proportion(k: int, n: int) -> dict[str, float]:
+    p = k / n if n else float("nan")
+    return {"k": k, "n": n, "rate": p, "se": float(np.sqrt(p * (1 - p) / n)) if n else float("nan")}
+
+
+def correlation(x: list[float], y: list[float], kind: str) -> dict[str, float]:
+    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return {"r": float("nan"), "ci95": [float("nan"), float("nan")], "n": len(x)}
+    r = float((stats.pearsonr if kind == "pearson" else stats.spearmanr)(x, y)[0])
+    z, se = np.arctanh(np.clip(r, -0.999999, 0.999999)), 1 / np.sqrt(max(len(x) - 3, 1))  # Fisher z
+    return {"r": r, "ci95": [float(np.tanh(z - 1.96 * se)), float(np.tanh(z + 1.96 * se))], "n": len(x)}
+
+
+def precheck_quality(variants, outcomes, cases, runtime) -> dict:
+    flagged = real_fail = flagged_and_failed = 0
+    wrong = []
+    for v in variants:
+        verdict = PreCheck(cases[v.task_id].inventory, runtime).check(v.code)
+        failed = not outcomes[v.key].valid
+        real_fail += failed
+        if verdict is not None:
+            flagged += 1
+            flagged_and_failed += failed
+            if not failed:
+                wrong.append(f"{v.task_id}/{v.reference}/{v.kind}: {verdict.check} {verdict.reason}")
+    return {"variants": len(variants), "real_failures": real_fail, "flagged": flagged,
+            "coverage": proportion(flagged_and_failed, real_fail), "precision": proportion(flagged_and_failed, flagged),
+            "false_failures": wrong}
+
+
+def run_world_model(env: WorldModelEnvironment, variants, outcomes, batch: int) -> dict:
+    r, r_hat, agree = [], [], 0
+    start = time.perf_counter()
+    for i in range(0, len(variants), batch):
+        chunk = variants[i: i + batch]
+        feedbacks = env.evaluate([Submission(f"eval/{j}", v.task_id, v.code) for j, v in enumerate(chunk, i)])
+        for v, fb in zip(chunk, feedbacks, strict=True):
+            r.append(outcomes[v.key].score)
+            r_hat.append(float(fb.score if fb.score is not None else np.nan))
+            agree += fb.valid == outcomes[v.key].valid
+    seconds = time.perf_counter() - start
+    counts = env.stats()
+    answers = sum(v for k, v in counts.items() if k.startswith("verdict:"))
+    return {
+        "submissions": len(variants), "seconds": seconds,
+        "calls": int(counts.get("calls", 0)), "calls_per_s": counts.get("calls", 0) / seconds,
+        "submissions_per_s": len(variants) / seconds,
+        "pearson": correlation(r_hat, r, "pearson"), "spearman": correlation(r_hat, r, "spearman"),
+        "pass_fail_accuracy": proportion(agree, len(variants)),
+        "parse_fallback": proportion(int(counts.get("verdict:fallback", 0)), int(answers)),
+        "parse_repaired": proportion(int(counts.get("verdict:repaired", 0)), int(answers)),
+        "precheck_settled": int(counts.get("precheck_settled", 0)),
+        "problems": {k[8:]: int(v) for k, v in counts.items() if k.startswith("problem:")},
+        "mean_r": float(np.mean(r)), "mean_r_hat": float(np.nanmean(r_hat)),
+    }
+
+
+def table(report: dict) -> str:
+    pc = report["precheck"]
+    lines = [
+        "# The world model against real execution (held-out reference variants)", "",
+        f"Model: `{report['model']}`; checks: {', '.join(report['checks'])}; prompt style {report['prompt_style']}; "
+        f"overview budget {report['max_overview_chars']} chars; {report['host']}.", "",
+        f"Static pre-check over all {pc['variants']} variants ({pc['real_failures']} really fail): "
+        f"coverage {pc['coverage']['rate']:.3f} ± {pc['coverage']['se']:.3f} of real failures settled, "
+        f"precision {pc['precision']['rate']:.3f} ({pc['precision']['k']}/{pc['precision']['n']} flagged "
+        "failures are real failures).", "",
+        "| setting | n | Pearson r(r_hat, r) [95% CI] | Spearman | pass/fail accuracy | JSON fallback | repaired "
+        "| WM calls/s | submissions/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in report["runs"].items():
+        p, s = m["pearson"], m["spearman"]
+        lines.append(
+            f"| {name} | {m['submissions']} | {p['r']:.3f} [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}] | {s['r']:.3f} "
+            f"| {m['pass_fail_accuracy']['rate']:.3f} ± {m['pass_fail_accuracy']['se']:.3f} "
+            f"| {m['parse_fallback']['rate']:.3f} | {m['parse_repaired']['rate']:.3f} "
+            f"| {m['calls_per_s']:.2f} | {m['submissions_per_s']:.3f} |")
+    lines += ["", "± = standard error (binomial); CI by Fisher's z. Command: `" + report["command"] + "`", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="HF directory of the world model (e.g. the SFT output)")
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--limit", type=int, default=0, help="score at most this many held-out variants")
+    parser.add_argument("--batch", type=int, default=8, help="submissions per world-model batch")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    cfg = load_config(args.config, args.overrides)
+    from wmrl.generation.hf import TransformersGenerator
+
+    root = ensure_builtin_pool(cfg.tasks.root or None, progress=True)
+    tasks = load_pool(root)
+    by_id = {t.task_id: t for t in tasks}
+    wm = cfg.world_model
+    variants = (make_variants([t for t in tasks if t.split == "train"], wm.sft_variants_per_task, wm.heldout_fraction,
+                              wm.seed)
+                + make_variants([t for t in tasks if t.split != "train"], 2, wm.heldout_fraction, wm.seed))
+    from dataclasses import replace
+
+    sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
+    backend, limits = make_backend(sandbox), limits_from_config(sandbox)
+    with tempfile.TemporaryDirectory(prefix="wmrl-eval-") as work:
+        outcomes = real_outcomes(variants, by_id, backend, limits, Path(work), progress=True)
+    runtime = probe_runtime(make_backend(cfg.sandbox), limits_from_config(cfg.sandbox))
+    cases = {t.task_id: TaskCase.from_task(t) for t in tasks}
+    report = {"model": args.model, "checks": list(wm.checks), "prompt_style": wm.prompt_style,
+              "max_overview_chars": wm.max_overview_chars, "host": f"{platform.node()} ({platform.processor()})",
+              "command": " ".join(["python", *sys.argv]),
+              "precheck": precheck_quality(variants, outcomes, cases, runtime), "runs": {}}
+    held = [v for v in variants if v.heldout]
+    if args.limit:
+        held = held[:: max(1, len(held) // args.limit)][: args.limit]
+    generator = TransformersGenerator.from_path(args.model, device="cpu")
+    for name, precheck in (("world model + pre-check", True), ("world model alone (paper)", False)):
+        env_cfg = replace(wm, precheck=precheck)
+        env = WorldModelEnvironment(InProcessBackend(generator, wm.max_new_tokens, wm.temperature, wm.seed),
+                                    cases, env_cfg, runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus)
+        report["runs"][name] = run_world_model(env, held, outcomes, args.batch)
+        print(name, json.dumps({k: v for k, v in report["runs"][name].items() if k != "problems"})[:600], flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(OUT / "eval.json", report)
+    atomic_write_text(OUT / "eval.md", table(report))
+    print(table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
