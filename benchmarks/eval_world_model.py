@@ -107,14 +107,14 @@ def table(report: dict) -> str:
     pc = report["precheck"]
     lines = [
         "# The world model against real execution (held-out reference variants)", "",
-        f"Model: `{report['model']}`; checks: {', '.join(report['checks'])}; prompt style {report['prompt_style']}; "
-        f"overview budget {report['max_overview_chars']} chars; {report['host']}.", "",
-        f"Static pre-check over all {pc['variants']} variants ({pc['real_failures']} really fail): "
+        (f"Model: `{report['model']}`; checks: {', '.join(report['checks'])}; prompt style {report['prompt_style']}; "
+        f"overview budget {report['max_overview_chars']} chars; {report['host']}."), "",
+        (f"Static pre-check over all {pc['variants']} variants ({pc['real_failures']} really fail): "
         f"coverage {pc['coverage']['rate']:.3f} ± {pc['coverage']['se']:.3f} of real failures settled, "
         f"precision {pc['precision']['rate']:.3f} ({pc['precision']['k']}/{pc['precision']['n']} flagged "
-        "failures are real failures).", "",
-        "| setting | n | Pearson r(r_hat, r) [95% CI] | Spearman | pass/fail accuracy | JSON fallback | repaired "
-        "| WM calls/s | submissions/s |",
+        "failures are real failures)."), "",
+        ("| setting | n | Pearson r(r_hat, r) [95% CI] | Spearman | pass/fail accuracy | JSON fallback | repaired "
+        "| WM calls/s | submissions/s |"),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in report["runs"].items():
