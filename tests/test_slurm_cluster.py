@@ -309,3 +309,47 @@ def test_coordinator_template_requeues_itself_after_usr1(cluster: None, tmp_path
         assert _lines(log) == ["start 0", "usr1", "start 1"]
     finally:
         _cancel(job)
+
+
+# Stands in for `vllm` in the world-model template: records its command line and answers /health.
+STUB_VLLM = """#!/bin/bash
+echo "$@" > "$STUB_ARGV"
+while [[ $# -gt 0 ]]; do [[ $1 == --port ]] && port=$2; shift; done
+exec python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+' "$port"
+"""
+
+
+@pytest.mark.timeout(120)
+def test_vllm_serve_template_publishes_the_url_once_the_server_is_healthy(cluster: None, tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    stub = tmp_path / "stub-vllm"
+    stub.write_text(STUB_VLLM)
+    stub.chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM": str(stub), "STUB_ARGV": str(tmp_path / "argv")}
+    # --gres=none: the local node has no GPU; on a cluster the template asks for one.
+    job = _run("sbatch", "--parsable", "--gres=none", "--time=5", f"--chdir={tmp_path}",
+               str(TEMPLATES / "vllm-serve.sbatch"), "/models/qwen", str(tmp_path / "run"), str(port),
+               env=env).strip().split(";")[0]
+    url_file = tmp_path / "run" / "world_model_url"
+    try:
+        _wait_for("the template to publish the world model's URL", url_file.exists, 60)
+        url = url_file.read_text().strip()
+        assert url.startswith("http://") and url.endswith(f":{port}/v1")
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
+        assert (tmp_path / "argv").read_text().split() == [
+            "serve", "/models/qwen", "--served-model-name", "/models/qwen", "--host", "0.0.0.0", "--port", str(port),
+            "--max-model-len", "13312", "--generation-config", "vllm"]
+    finally:
+        _cancel(job)
