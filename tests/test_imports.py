@@ -21,6 +21,20 @@ def module_files() -> dict[str, Path]:
     return out
 
 
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node, except what sits under ``if TYPE_CHECKING:`` (never imported at run time)."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
 def import_graph() -> dict[str, set[str]]:
     """module -> the wmrl modules it imports (``from a import b`` counts a.b when b is a module).
 
@@ -32,7 +46,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):

@@ -49,11 +49,20 @@ def test_local_run_finishes_with_calibration_pool_and_metrics(reference_run):
     assert len(list(run.results.glob("*.json"))) == 24
 
 
+def test_run_charges_the_execution_seconds_the_workers_recorded(reference_run):
+    run, result = reference_run
+    recorded = sum(read_json(path)["exec_seconds"] for path in run.results.glob("*.json"))
+    metrics = list(iter_metrics(run))
+    assert result["cost_source"] == read_json(run.path / "progress.json")["cost_source"] == "measured"
+    assert metrics[-1]["seconds_execution"] == pytest.approx(recorded) and recorded > 0.2 * 24
+    assert metrics[-1]["compute_hours"] >= recorded / 3600
+
+
 def test_pairs_hold_the_executed_score_of_the_chosen_script(reference_run):
     run, _ = reference_run
     from wmrl.calibration.calibrator import Calibrator
     from wmrl.config import load_config
-    from wmrl.orchestration.anchored_sim import dry_candidates
+    from wmrl.trainers.anchored import dry_candidates
 
     calibrator = Calibrator.load(load_config(run.config_path).algorithm, run.path / "calibration")
     trues = set(calibrator.pool.arrays()[1].tolist())
@@ -166,6 +175,7 @@ def test_status_reports_step_queue_and_calibration(reference_run):
     assert "24 done" in out.stdout and "pairs 24" in out.stdout
     # 24 pairs are too few for the Assumption-6 audit: status says so instead of claiming "ok"
     assert "audit      no warning; not checked: all checks: only 24 anchor pairs" in out.stdout
+    assert "(measured): generation" in out.stdout and "execution " in out.stdout
 
 
 def test_cancel_stops_a_running_coordinator_at_a_step_boundary(tmp_path):

@@ -36,7 +36,7 @@ def check_e2e_run_dir(run: RunDir, steps: int) -> None:
     assert sorted(true.tolist()) == sorted(r.score for r in results)  # the pool holds the graded scores
     # Each graded score is the build's score of one of the task's candidates (up to one leaderboard
     # place: the build's leaderboard stores raw scores rounded to 6 digits, which can break a tie).
-    from wmrl.orchestration.anchored_sim import load_candidates
+    from wmrl.trainers.anchored import load_candidates
 
     table = load_candidates(cfg)
     known = {tid: table.known[t] for t, tid in enumerate(table.task_ids)}

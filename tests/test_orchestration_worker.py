@@ -73,6 +73,17 @@ def test_local_workers_drain_sixty_requests_each_result_once(tmp_path: Path) -> 
     assert os.listdir(run.queue) == [] and os.listdir(run.claims) == []
 
 
+def test_local_workers_that_left_on_their_idle_timeout_come_back_for_new_work(tmp_path: Path) -> None:
+    run, launch = make_run(tmp_path)
+    with LocalExecutor(run, workers=2, work=PYTHON_WORK, idle_timeout_s=0.5) as pool:
+        wait_for(lambda: pool.alive() == 0, timeout_s=60)
+        service = SpoolExecutionService(run, launch)
+        service.submit([request(0, "print(0.25)")])
+        pool.revive()
+        done = service.wait([request(0, "").request_id], timeout_s=60)
+    assert done[request(0, "").request_id].score == pytest.approx(0.25)
+
+
 def test_worker_killed_mid_execution_loses_its_lease_and_the_request_runs_once_more(tmp_path: Path) -> None:
     run, launch = make_run(tmp_path)
     req = request(0, "import time; time.sleep(1.0); print(0.7)")

@@ -8,7 +8,7 @@ import pytest
 from wmrl.config import ConfigError, load_config
 from wmrl.simulate.cost import CostMeter
 from wmrl.simulate.policy import SoftmaxPolicy
-from wmrl.simulate.train import train
+from wmrl.trainers.simulator import train
 
 
 def cfg_with(*overrides: str):

@@ -12,7 +12,6 @@ Floats are written by ``json`` (``repr``), which round-trips every double exactl
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,21 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from wmrl.io import fsync_dir
+from wmrl.scores import check_score
 
 LOG_NAME = "pairs.jsonl"
-
-
-def check_score(name: str, value: float) -> float:
-    """A score must be a finite number in [0, 1]; anything else is a bug upstream."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} is not a number; scores must lie in [0, 1]") from None
-    if math.isnan(x) or not 0.0 <= x <= 1.0:
-        raise ValueError(
-            f"{name}={value!r} is outside [0, 1] (NaN included); scores must lie in [0, 1]"
-        )
-    return x
 
 
 @dataclass(frozen=True)
@@ -65,10 +52,10 @@ class AnchorPair:
             )
         # Normalise to Python floats so that the log and the arrays hold the very same doubles.
         object.__setattr__(
-            self, "predicted", check_score(f"AnchorPair.predicted ({self.pair_id})", self.predicted)
+            self, "predicted", check_score(self.predicted, f"AnchorPair.predicted ({self.pair_id})")
         )
         object.__setattr__(
-            self, "true", check_score(f"AnchorPair.true ({self.pair_id})", self.true)
+            self, "true", check_score(self.true, f"AnchorPair.true ({self.pair_id})")
         )
         object.__setattr__(self, "step", int(self.step))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from wmrl.config import load_config
 from wmrl.execution import execute_and_grade
 from wmrl.tasks.layouts import LoadOptions
-from wmrl.tasks.pool import ensure_builtin_pool, find_task
+from wmrl.tasks.pool import find_task, resolve_pool_root
 from wmrl.tasks.task import TaskError
 
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wmrl exec: solution file not found: {solution}", file=sys.stderr)
         return 2
     try:
-        root = Path(args.root or cfg.tasks.root).expanduser() if (args.root or cfg.tasks.root) else ensure_builtin_pool()
+        root = resolve_pool_root(args.root or cfg.tasks.root, progress=True)
         task = find_task(root, args.task, LoadOptions.from_config(cfg.tasks))
     except TaskError as err:
         print(f"wmrl exec: {err}", file=sys.stderr)

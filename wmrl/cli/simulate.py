@@ -3,7 +3,7 @@
     wmrl simulate                                   # defaults, all 7 variants x 5 seeds
     wmrl simulate simulator.phi=bump simulator.wm_noise=0.2 --variants wmrl,mixture --seeds 5
     wmrl simulate configs/simulate.yaml --scenario degrade
-    wmrl simulate --scenario all                    # every scenario + REPORT.md (the Must-show checks)
+    wmrl simulate --scenario all                    # every scenario (scripts/simulate_report.py: REPORT.md)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
         help="output directory (default: RUNS_ROOT/simulate/RUN_NAME; with --scenario: results/simulate)",
     )
     p.add_argument(
-        "--scenario", default=None, help=f"named overrides: {', '.join(SCENARIOS)}, or 'all' (writes REPORT.md)"
+        "--scenario", default=None, help=f"named overrides: {', '.join(SCENARIOS)}, or 'all'"
     )
     p.add_argument("--workers", type=int, default=2, help="parallel processes (default 2)")
     p.set_defaults(func=run)
@@ -45,7 +45,8 @@ def _track(cfg: WMRLConfig, scenario: str, results: list[Any], plots: list[Path]
     params = to_flat_dict(cfg)
     for r in results:
         run_params = {**params, "algorithm.variant": r.variant, "algorithm.seed": r.seed, "simulate.scenario": scenario}
-        tags = {"wmrl.kind": "simulate", "wmrl.scenario": scenario, "wmrl.variant": r.variant}
+        tags = {"wmrl.kind": "simulate", "wmrl.scenario": scenario, "wmrl.variant": r.variant,
+                "wmrl.cost_source": r.cost_source}
         with Tracker(cfg.tracking, run_name=f"sim-{scenario}-{r.variant}-s{r.seed}", params=run_params, tags=tags) as t:
             t.log_history({f"sim/{k}": v for k, v in r.history.items()}, r.steps)
             t.log_metrics(
@@ -102,15 +103,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {out}/ (table.md, table.csv, summary.json, runs.json, *.png)", file=sys.stderr)
         return 0
     out = Path(args.out or "results/simulate")
-    reports: dict[str, dict[str, Any]] = {}
     for name in names:
         cfg = load_config(config, [*get_scenario(name).overrides, *overrides])
         target = out / name if len(names) > 1 else out
-        reports[name] = run_one(cfg, name, variants, args.seeds, target, args.workers)
+        run_one(cfg, name, variants, args.seeds, target, args.workers)
         print(f"## {name}\n{(target / 'table.md').read_text()}")
     if args.scenario == "all":
-        from wmrl.simulate.mustshow import write_mustshow
-
-        write_mustshow(reports, out / "REPORT.md", total_seconds=time.perf_counter() - started)
-        print(f"wrote {out / 'REPORT.md'}", file=sys.stderr)
+        print(f"{len(names)} scenarios in {time.perf_counter() - started:.1f} s; the Must-show report: "
+              f"python scripts/simulate_report.py {out}", file=sys.stderr)
     return 0

@@ -80,6 +80,7 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
          f"{_fmt(p.get('n_refits'), '.0f')} (last at step {_fmt(p.get('last_refit_step'), 'd')}), "
          f"eta2 {_fmt(p.get('eta2'))}"),
         _audit_line(p),
+        _compute_line(p),
         (f"throughput {info['throughput_per_min']:.1f} executions/min, "
          f"{_fmt(p.get('seconds_per_step'))} s/step, ETA {_duration(p.get('eta_s'))}"),
     ]
@@ -87,6 +88,14 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
         states = ", ".join(f"{n} {s}" for s, n in _count(job["states"]).items()) or "not in squeue (over)"
         lines.append(f"slurm      {job['kind']} {job['job_id']} ({job['tasks']} task(s)): {states}")
     return "\n".join(lines)
+
+
+def _compute_line(progress: dict[str, Any]) -> str:
+    """Compute spent so far, per phase, and whether it was measured or modelled."""
+    phases = ", ".join(f"{name} {_fmt(progress.get(f'seconds_{name}'), '.0f')} s"
+                       for name in ("generation", "world_model", "execution", "update"))
+    return (f"compute    {_fmt(progress.get('compute_hours'), '.3g')} h "
+            f"({progress.get('cost_source', 'unknown')}): {phases}")
 
 
 def _audit_line(progress: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ class AnchorRunner:
     def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]:
         ids = [r.request_id for r in requests]
         self.service.submit(requests)
+        self.tick()  # workers for the new work (a local worker may have left on its idle timeout)
         deadline = time.monotonic() + timeout_s
         done: dict[str, ExecutionOutcomeRecord] = {}
         while len(done) < len(ids) and time.monotonic() < deadline:
@@ -197,6 +198,7 @@ class Coordinator(submitit.helpers.Checkpointable):
             if cfg.launch.executor == "local":
                 local = LocalExecutor(run, cfg.launch.workers, work=cfg.launch.work)
                 local.start()
+                tick = local.revive  # workers that left on their idle timeout come back when work waits
             elif cfg.launch.resubmit_workers:
                 tick = WorkerSupervisor(run, cfg, service)
             trainer = self._start_trainer(cfg, run, store, AnchorRunner(run, cfg, service, tick))

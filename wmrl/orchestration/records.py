@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from wmrl import scores
+
 # Ids become parts of file names "<request_id>.<worker_id>.json": no dots, no slashes.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,160}$")
 OUTCOME_STATUSES = ("done", "failed")
@@ -109,11 +111,11 @@ class InvalidResult(ValueError):
 
 
 def check_score(score: Any) -> float:
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise InvalidResult(f"score {score!r} is not a number")
-    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
-        raise InvalidResult(f"score {score!r} is not a finite number in [0, 1]")
-    return float(score)
+    """A result's score, or :class:`InvalidResult` (the reader quarantines the file)."""
+    try:
+        return scores.check_score(score)
+    except ValueError as err:
+        raise InvalidResult(str(err)) from None
 
 
 def parse_outcome(data: Any, expected_id: str) -> ExecutionOutcomeRecord:

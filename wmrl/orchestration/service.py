@@ -31,12 +31,11 @@ from wmrl.io import read_json
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest, InvalidResult
 from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.spool import LeaseWatch, Spool, visible_names
+from wmrl.orchestration.spool import SWEEP_EVERY_S, LeaseWatch, Spool, visible_names
 from wmrl.orchestration.work import DEFAULT_WORK
 
 log = logging.getLogger(__name__)
 THROUGHPUT_WINDOW_S = 600.0
-SWEEP_EVERY_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -212,11 +211,22 @@ class LocalExecutor:
         return cmd
 
     def start(self) -> None:
+        self.procs = [self._spawn(i) for i in range(self.n)]
+
+    def _spawn(self, i: int) -> subprocess.Popen[bytes]:
         env = {**os.environ, **(self.env or {})}
-        for i in range(self.n):
-            with open(self.run_dir.logs / f"local-worker-{i}.stderr", "ab") as err:
-                self.procs.append(subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=err,
-                                                   env=env, start_new_session=True))
+        with open(self.run_dir.logs / f"local-worker-{i}.stderr", "ab") as err:
+            return subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                    start_new_session=True)
+
+    def revive(self) -> None:
+        """Restart the workers that exited (their idle timeout) while the run goes on: a slow phase of
+        the coordinator (MLflow start-up, generation) must not leave queued work without workers."""
+        if self.run_dir.is_ended():
+            return
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                self.procs[i] = self._spawn(i)
 
     def alive(self) -> int:
         return sum(p.poll() is None for p in self.procs)

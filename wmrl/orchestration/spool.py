@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 RECLAIM_PREFIX = ".reclaim-"
 
 
+# Workers and the coordinator's service each sweep crashed writers' temp files this often.
+SWEEP_EVERY_S = 300.0
+
+
 @dataclass
 class Claim:
     """A request this process holds (its file is ``path``)."""

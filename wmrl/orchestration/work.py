@@ -55,11 +55,11 @@ def real_work(run: RunDir) -> WorkFn:
     from wmrl.execution import execute_and_grade
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.tasks.layouts import LoadOptions
-    from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.tasks.pool import load_pool, resolve_pool_root
 
     cfg = load_config(run.config_path)
     backend = make_backend(cfg.sandbox)
-    root = Path(cfg.tasks.root).expanduser() if cfg.tasks.root else ensure_builtin_pool(None, progress=False)
+    root = resolve_pool_root(cfg.tasks.root)
     tasks = {task.task_id: task for task in load_pool(root, "all", LoadOptions.from_config(cfg.tasks))}
     base_limits = limits_from_config(cfg.sandbox)
     max_bytes = int(cfg.tasks.max_submission_mb * 2**20)

@@ -27,12 +27,11 @@ from wmrl.io import atomic_write_json
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.records import ExecutionOutcomeRecord, check_id, check_score, sanitize_id
 from wmrl.orchestration.rundir import RunDir, host_name, slurm_identity
-from wmrl.orchestration.spool import Claim, LeaseWatch, Spool
+from wmrl.orchestration.spool import SWEEP_EVERY_S, Claim, LeaseWatch, Spool
 from wmrl.orchestration.work import WorkFn
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-SWEEP_EVERY_S = 300.0
 
 
 class Preempted(BaseException):

@@ -14,9 +14,9 @@ import numpy as np
 from wmrl.config import WMRLConfig
 from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.simulate.sweep import SweepResult
-from wmrl.simulate.train import MAP_GRID, RunResult, _audit_warned
 from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.tracking.plots import save_png
+from wmrl.trainers.simulator import COST_SOURCE, MAP_GRID, RunResult, _audit_warned
 
 COLUMNS = (
     ("variant", "variant"),
@@ -206,13 +206,15 @@ def write_report(sweep: SweepResult, cfg: WMRLConfig, out: Path, extra: dict[str
         "workers": sweep.workers,
         "runs": len(sweep.runs),
         "target_score": cfg.simulator.target_score,
+        "cost_source": COST_SOURCE,
         **(extra or {}),
     }
     atomic_write_text(
         out / "table.md",
         f"{markdown_table(summary)}\n\n{len(sweep.runs)} runs in {sweep.wall_seconds:.1f} s wall "
         f"({sweep.workers} processes); target score {cfg.simulator.target_score:g}; "
-        "final true score = mean ± standard error over seeds.\n",
+        "final true score = mean ± standard error over seeds; GPU-hours are modelled "
+        "(cost_source: modelled, priced by simulator.cost), not measured.\n",
     )
     buf = io.StringIO()
     writer = csv.writer(buf)

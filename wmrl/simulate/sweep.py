@@ -13,7 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from wmrl.config import VARIANTS, WMRLConfig
-from wmrl.simulate.train import RunResult, train
+from wmrl.trainers.simulator import RunResult, train
 
 
 @dataclass

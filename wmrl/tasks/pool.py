@@ -94,6 +94,11 @@ def _pool_complete(root: Path) -> bool:
         return False
 
 
+def resolve_pool_root(configured: str | Path | None, progress: bool = False) -> Path:
+    """The pool a run uses: ``tasks.root`` as given when set, else the built-in pool (built on first use)."""
+    return Path(configured).expanduser() if configured else ensure_builtin_pool(None, progress=progress)
+
+
 def ensure_builtin_pool(root: str | Path | None = None, progress: bool = True, only: list[str] | None = None) -> Path:
     """Return the built-in pool's root, building it first if it is missing.
 

@@ -13,9 +13,9 @@ from typing import Any
 
 TRAINERS: dict[str, str] = {
     # the simulator's softmax policy over the pool's real reference solutions; anchors really executed
-    "anchored_sim": "wmrl.orchestration.anchored_sim:make_trainer",
+    "anchored_sim": "wmrl.trainers.anchored:make_trainer",
     # the same over tiny scripts that print their known score (plumbing tests, launch.work=python_work)
-    "dry": "wmrl.orchestration.anchored_sim:make_dry_trainer",
+    "dry": "wmrl.trainers.anchored:make_dry_trainer",
 }
 
 

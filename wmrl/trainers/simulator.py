@@ -1,31 +1,43 @@
-"""One simulated WMRL training run over the synthetic benchmark (``wmrl simulate``).
+"""The synthetic simulator trainer: one (variant, seed) run of ``wmrl simulate``.
 
-The step itself (sample -> score -> calibrate -> weight -> update) is ``wmrl.simulate.step.wmrl_step``;
-here its scores come from the synthetic environment: a rollout draws each solution's true score, an
-anchor "execution" is the grader's (noisy) report of it. This module adds the run's bookkeeping:
-cost to reach the target score, logged history, the fitted map and the audit at the end.
-Groups a variant does not train on (grpo_real/grpo_anchor_only) are not generated at all.
+The step is the one every trainer runs (:func:`wmrl.step.wmrl_step`); here its parts are the simulator's
+(:mod:`wmrl.trainers.softmax`): a softmax policy over the synthetic benchmark's approaches, a synthetic
+execution (the true score, plus grader noise) and a synthetic world model ``r_hat = phi(r) + noise``.
+Compute is **modelled** (``cost_source: modelled``): the :class:`~wmrl.simulate.cost.CostMeter` prices
+the step's counts of executions, world-model calls, trajectories and updates with ``simulator.cost``
+(nothing real runs, so there is nothing to measure). This module adds the run's bookkeeping: cost to
+reach the target score, logged history, the fitted map and the audit at the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, replace
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME, Calibrator
+from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME
 from wmrl.calibration.pool import LOG_NAME
 from wmrl.config import WMRLConfig
 from wmrl.simulate.cost import CostMeter
-from wmrl.simulate.environment import Environment, make_environment
+from wmrl.simulate.environment import make_environment
 from wmrl.simulate.policy import SoftmaxPolicy
-from wmrl.simulate.step import wmrl_step
 from wmrl.simulate.world_model import SyntheticWorldModel
+from wmrl.step import calibrator_for, wmrl_step, world_model_scores
+from wmrl.trainers.softmax import (
+    SoftmaxAgent,
+    SoftmaxLearner,
+    SyntheticExecution,
+    SyntheticWorldModelEnv,
+    printed_score,
+    synthetic_solutions,
+)
 
+COST_SOURCE = "modelled"  # GPU-hours from simulator.cost, not measured
 MAP_GRID = np.linspace(0.0, 1.0, 101)
 HISTORY_KEYS = ("score", "executions", "gpu_hours", "rho", "eta2", "n_pairs")
 
@@ -52,6 +64,7 @@ class RunResult:
     pool_sample: list[list[float]] | None = None  # up to 2000 (r_hat, r) pairs for the plot
     audit: dict[str, Any] | None = None
     wall_seconds: float = 0.0
+    cost_source: str = COST_SOURCE
 
 
 def _audit_summary(report: Any) -> dict[str, Any]:
@@ -79,31 +92,6 @@ def _audit_warned(audit: dict[str, Any] | None) -> bool:
     return bool(audit.get("warnings"))
 
 
-@dataclass
-class SyntheticScores:
-    """``ScoreSource`` of the synthetic benchmark; draws from the run's RNG (the step's order)."""
-
-    env: Environment
-    rng: np.random.Generator
-
-    @property
-    def n_tasks(self) -> int:
-        return self.env.n_tasks
-
-    def task_id(self, task: int) -> str:
-        return str(task)
-
-    def rollout(self, tasks: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        return self.env.rollout(tasks, actions, self.rng)
-
-    def execute(
-        self, tasks: np.ndarray, actions: np.ndarray, scores: np.ndarray, anchor: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        executed = np.full(scores.shape, np.nan)
-        executed[anchor] = self.env.execute(scores[anchor], self.rng)  # a synthetic execution never fails
-        return executed, anchor
-
-
 def pool_directory(pool_root: Path, variant: str, seed: int) -> Path:
     """Where a run's calibration state (the anchor-pair log ``pairs.jsonl``, ``calibrator.json``,
     ``audit.json``) is kept: ``POOL_ROOT/VARIANT-seedSEED``. Files of an earlier run there are replaced."""
@@ -116,48 +104,45 @@ def pool_directory(pool_root: Path, variant: str, seed: int) -> Path:
 def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None = None) -> RunResult:
     """One run; with ``pool_root`` its anchor pairs are logged on disk as they arrive (see
     :func:`pool_directory`), the same files the coordinator keeps in ``RUN_DIR/calibration``."""
-    import time
-
     started = time.perf_counter()
-    sim, alg = cfg.simulator, cfg.algorithm
+    sim, alg = cfg.simulator, dataclasses.replace(cfg.algorithm, variant=variant_name, seed=seed)
     variant = get_variant(variant_name)
+    directory = None if pool_root is None else pool_directory(pool_root, variant_name, seed)
+    calibrator = calibrator_for(variant, alg, directory)
     rng = np.random.default_rng(seed)
-    env = make_environment(sim, seed)
-    wm = SyntheticWorldModel(sim)
-    policy = SoftmaxPolicy(env.n_tasks, env.n_candidates)
+    bench = make_environment(sim, seed)
+    task_ids = [str(t) for t in range(bench.n_tasks)]
+    index = {t: i for i, t in enumerate(task_ids)}
+    policy = SoftmaxPolicy(bench.n_tasks, bench.n_candidates)
+    agent = SoftmaxAgent(policy, index, synthetic_solutions(bench))
+    learner = SoftmaxLearner(policy, index, sim.lr, sim.entropy_coef)
+    execution = SyntheticExecution(bench, rng)
+    wm = SyntheticWorldModelEnv(SyntheticWorldModel(sim), lambda sub: printed_score(sub.code), rng, index)
     meter = CostMeter(sim.cost)
-    calibrator = (
-        Calibrator(
-            replace(alg, variant=variant_name, seed=seed),
-            None if pool_root is None else pool_directory(pool_root, variant_name, seed),
-            debias=variant.debias, denoise=variant.denoise,
-        )
-        if variant.trains_on_wm and variant.needs_anchors
-        else None
-    )
     result = RunResult(
-        variant=variant_name, seed=seed, optimum=env.optimum(), initial_score=env.score(policy.probs()),
+        variant=variant_name, seed=seed, optimum=bench.optimum(), initial_score=bench.score(policy.probs()),
         final_score=float("nan"), executions=0, gpu_hours=0.0, wm_calls=0,
         target_step=None, target_executions=None, target_gpu_hours=None,
         history={key: [] for key in HISTORY_KEYS},
     )
-
-    source = SyntheticScores(env, rng)
     # The audit runs whenever refit_every new pairs arrived after warm-up (at every refit when
     # debiasing), as in the coordinator; its persistence rule needs the whole sequence.
     next_audit, last_audit, warned = alg.min_pairs, None, []
     for step in range(sim.steps):
+        wm.step = step
         done = wmrl_step(
-            step, variant=variant, alg=alg, source=source, policy=policy,
-            world_model=wm if variant.trains_on_wm else None, calibrator=calibrator, meter=meter, rng=rng,
-            lr=sim.lr, entropy_coef=sim.entropy_coef,
+            step, variant=variant, alg=alg, task_pool=task_ids, policy=agent, executed_env=execution,
+            world_model_env=wm if world_model_scores(variant) else None, learner=learner,
+            calibrator=calibrator, rng=rng,
         )
+        meter.charge(executions=done.executions, wm_calls=done.wm_calls,
+                     trajectories=done.executed.size * alg.group_size, updates=1)
         if calibrator is not None and len(calibrator.pool) >= next_audit:
             last_audit = calibrator.audit()
             warned += [c for c in last_audit.streaks if c in last_audit.flags
                        and last_audit.streaks[c] >= last_audit.thresholds.persist and c not in warned]
             next_audit = len(calibrator.pool) + alg.refit_every
-        score = env.score(policy.probs())
+        score = bench.score(policy.probs())
         if result.target_step is None and score >= sim.target_score:
             result.target_step, result.target_executions = step + 1, meter.executions
             result.target_gpu_hours = meter.gpu_hours
@@ -170,7 +155,7 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
             ):
                 result.history[key].append(float("nan") if value is None else float(value))
 
-    result.final_score = env.score(policy.probs())
+    result.final_score = bench.score(policy.probs())
     result.executions, result.wm_calls, result.gpu_hours = meter.executions, meter.wm_calls, meter.gpu_hours
     if calibrator is not None:
         if last_audit is not None:

@@ -1,16 +1,20 @@
-"""The end-to-end run before the LLM trainer exists: the simulator's policy over REAL solutions.
+"""The anchored end-to-end trainer (before the LLM trainer): the simulator's policy over REAL solutions.
 
-Each task of the built-in pool offers its reference solutions (standalone scripts of different
-strength) as the candidates a trajectory can pick; the softmax policy of ``wmrl simulate`` learns which
-to pick. World-model groups are scored by the synthetic world model ``r_hat = phi(r) + noise`` over the
-solution's score known from the pool build; anchor groups are really executed: the request goes
+Each task of the pool offers its reference solutions (standalone scripts of different strength) as the
+candidates a trajectory can pick; the softmax policy of ``wmrl simulate`` learns which to pick. Anchor
+groups are really executed (:class:`~wmrl.environments.executed.ExecutedEnvironment`: the request goes
 through the execution service to the workers, the sandbox runs the script, the grader scores its
-submission, and the pair (r_hat, r) enters the Calibrator. The step is the one of ``wmrl simulate``
-(``wmrl.simulate.step.wmrl_step``); this module supplies its :class:`ExecutedScores` (known build
-scores, anchors through ``runner.execute``; a group with a failed execution is no anchor that step)
-and the coordinator protocol (metrics, state, checkpoints).
+submission); world-model groups, and the anchor pairs, are scored by the synthetic world model
+``r_hat = phi(r) + noise`` over the solution's score known from the pool build. The step is the one
+every trainer runs (:func:`wmrl.step.wmrl_step`); this module adds the coordinator protocol (metrics,
+state, checkpoints, plots).
+
+Accounting is **measured** (``cost_source: measured``): the seconds each execution's worker recorded,
+the world model's and the policy's measured seconds (and tokens, none here), and the learner's update,
+summed per phase over the run; ``simulator.cost`` (the simulator's price list) is not used.
 
 Sizes: ``simulator.tasks`` caps the tasks used, ``simulator.candidates`` the candidates per task.
+``trainer=dry`` swaps the pool for tiny scripts that print their known score (plumbing tests).
 """
 
 from __future__ import annotations
@@ -19,24 +23,25 @@ import hashlib
 import json
 import math
 import shutil
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import STATE_NAME, Calibrator, read_audit
+from wmrl.calibration.calibrator import STATE_NAME, read_audit
 from wmrl.config import WMRLConfig
-from wmrl.orchestration.coordinator import AnchorRunner
-from wmrl.orchestration.records import ExecutionRequest
+from wmrl.environments.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
-from wmrl.simulate.cost import CostMeter
+from wmrl.rollout import Submission
 from wmrl.simulate.policy import SoftmaxPolicy
-from wmrl.simulate.step import wmrl_step
 from wmrl.simulate.world_model import SyntheticWorldModel
+from wmrl.step import PHASES, StepResult, calibrator_for, wmrl_step, world_model_scores
+from wmrl.tasks.pool import resolve_pool_root
+from wmrl.trainers.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
 
-
+COST_SOURCE = "measured"  # seconds recorded by the workers, the world model, the policy and the learner
 @dataclass(frozen=True)
 class CandidateTable:
     """Candidates of each task: code and the score known from the pool build (padded with -inf logits)."""
@@ -62,9 +67,9 @@ def load_candidates(cfg: WMRLConfig) -> CandidateTable:
     """The first ``simulator.tasks`` tasks of ``tasks.split`` that have >= 2 reference solutions
     (the built-in pool is built on first use when ``tasks.root`` is empty)."""
     from wmrl.tasks.layouts import LoadOptions
-    from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.tasks.pool import load_pool
 
-    root = Path(cfg.tasks.root).expanduser() if cfg.tasks.root else ensure_builtin_pool(None, progress=False)
+    root = resolve_pool_root(cfg.tasks.root)
     tasks = [t for t in load_pool(root, cfg.tasks.split, LoadOptions.from_config(cfg.tasks)) if len(t.reference_solutions()) >= 2]
     tasks = tasks[: cfg.simulator.tasks]
     if not tasks:
@@ -78,61 +83,8 @@ def load_candidates(cfg: WMRLConfig) -> CandidateTable:
                           [[s.code for s in r] for r in refs], known)
 
 
-@dataclass
-class ExecutedScores:
-    """``ScoreSource`` of one step of the end-to-end run: the build's known scores, real executions."""
-
-    table: CandidateTable
-    cfg: WMRLConfig
-    run_id: str
-    step: int
-    runner: AnchorRunner
-    failed: int = 0  # executions the workers gave up on this step
-
-    @property
-    def n_tasks(self) -> int:
-        return self.table.shape[0]
-
-    def task_id(self, task: int) -> str:
-        return self.table.task_ids[task]
-
-    def rollout(self, tasks: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        return self.table.known[tasks[:, None], actions]
-
-    def execute(
-        self, tasks: np.ndarray, actions: np.ndarray, scores: np.ndarray, anchor: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """True scores of the anchor groups; a group with an execution the workers gave up on
-        (``failed``) is no anchor this step (its infrastructure failure is no score)."""
-        executed = np.full(actions.shape, np.nan)
-        if not anchor.any():
-            return executed, anchor
-        requests: dict[tuple[int, int], ExecutionRequest] = {}
-        timeout = self.cfg.sandbox.timeout_s
-        for g in np.flatnonzero(anchor):
-            t = int(tasks[g])
-            for i in range(actions.shape[1]):
-                requests[(g, i)] = ExecutionRequest.create(
-                    self.run_id, self.step, self.table.task_ids[t], int(g), i,
-                    self.table.codes[t][int(actions[g, i])], timeout)
-        launch = self.cfg.launch
-        rounds = math.ceil(len(requests) / max(1, launch.workers))
-        deadline = rounds * launch.max_attempts * (timeout + launch.lease_s) + 60.0
-        done = self.runner.execute(list(requests.values()), deadline)
-        anchor = anchor.copy()
-        for (g, i), request in requests.items():
-            record = done.get(request.request_id)
-            if record is None or record.status != "done" or record.score is None:
-                anchor[g] = False
-                self.failed += 1
-            else:
-                executed[g, i] = record.score
-        executed[~anchor] = np.nan
-        return executed, anchor
-
-
 class AnchoredSimTrainer:
-    def __init__(self, cfg: WMRLConfig, run: RunDir, runner: AnchorRunner, resume: bool,
+    def __init__(self, cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool,
                  table: CandidateTable | None = None) -> None:
         self.cfg, self.run_dir, self.runner = cfg, run, runner
         self.table = table or load_candidates(cfg)
@@ -140,37 +92,43 @@ class AnchoredSimTrainer:
         self.total_steps = cfg.simulator.steps
         self.step = 0
         self.rng = np.random.default_rng(cfg.algorithm.seed)
-        self.wm = SyntheticWorldModel(cfg.simulator)
         t, k = self.table.shape
         self.policy = SoftmaxPolicy(t, k)
         self.policy.logits[np.isnan(self.table.known)] = -np.inf  # tasks with fewer candidates
-        self.meter = CostMeter(cfg.simulator.cost)
-        self.failed_executions = 0
+        index = {task: i for i, task in enumerate(self.table.task_ids)}
+        known = {(task, code): float(self.table.known[i, j]) for task, i in index.items()
+                 for j, code in enumerate(self.table.codes[i])}
+        codes = self.table.codes
+        self.agent = SoftmaxAgent(self.policy, index, lambda tasks, actions, rng: [
+            [codes[int(ti)][int(a)] for a in row] for ti, row in zip(tasks, actions, strict=True)])
+        self.learner = SoftmaxLearner(self.policy, index, cfg.simulator.lr, cfg.simulator.entropy_coef)
+        self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
+
+        def truth(sub: Submission) -> float:
+            return known[(sub.task_id, sub.code)]
+
+        self.world_model = SyntheticWorldModelEnv(SyntheticWorldModel(cfg.simulator), truth, self.rng, index)
+        self.totals: dict[str, float] = {"executions": 0, "failed_executions": 0, "wm_calls": 0,
+                                         **{f"seconds_{p}": 0.0 for p in PHASES},
+                                         **{f"tokens_{p}": 0 for p in PHASES}}
         self.last_refit_step: int | None = None
         self.cal_dir = run.path / "calibration"
-        self.calibrator: Calibrator | None = None
-        if self.variant.trains_on_wm and self.variant.needs_anchors:
-            alg = cfg.algorithm
-            if resume and (self.cal_dir / STATE_NAME).exists():
-                self.calibrator = Calibrator.load(alg, self.cal_dir)
-            else:
-                shutil.rmtree(self.cal_dir, ignore_errors=True)  # partial state of a run never checkpointed
-                self.calibrator = Calibrator(alg, self.cal_dir, debias=self.variant.debias,
-                                             denoise=self.variant.denoise)
+        if not resume:
+            shutil.rmtree(self.cal_dir, ignore_errors=True)  # partial state of a run never checkpointed
+        self.calibrator = calibrator_for(self.variant, cfg.algorithm, self.cal_dir, resume=resume)
 
     # ------------------------------------------------------------------ one step
     def run_step(self) -> dict[str, float]:
-        source = ExecutedScores(self.table, self.cfg, self.run_dir.run_id, self.step, self.runner)
-        # The world model scores every group, also for variants that do not train on it (it only costs).
+        self.world_model.step = self.step
         done = wmrl_step(
-            self.step, variant=self.variant, alg=self.cfg.algorithm, source=source, policy=self.policy,
-            world_model=self.wm if self.variant.trains_on_wm else None, calibrator=self.calibrator,
-            meter=self.meter, rng=self.rng, lr=self.cfg.simulator.lr,
-            entropy_coef=self.cfg.simulator.entropy_coef,
+            self.step, variant=self.variant, alg=self.cfg.algorithm, task_pool=self.table.task_ids,
+            policy=self.agent, executed_env=self.executed_env,
+            world_model_env=self.world_model if world_model_scores(self.variant) else None,
+            learner=self.learner, calibrator=self.calibrator, rng=self.rng,
         )
-        self.failed_executions += source.failed
+        self._charge(done)
         audit = {}
-        if done.refitted:
+        if done.refitted and self.calibrator is not None:
             self.last_refit_step = self.step
             # Assumption 6 (monotone, stationary bias) is checked whenever the map changes; the
             # report lands in calibration/audit.json, the log, `wmrl status` and MLflow.
@@ -178,22 +136,39 @@ class AnchoredSimTrainer:
             audit = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,
                      "audit_stationarity_gap": report.stationarity_gap}
         self.step += 1
-        metrics = self._metrics(done.anchor, done.executed, done.scores)
+        metrics = self._metrics(done)
         metrics.update({k: (v if math.isfinite(v) else None) for k, v in audit.items()})  # type: ignore[misc]
         return metrics
 
-    def _metrics(self, anchor: np.ndarray, executed: np.ndarray, known: np.ndarray) -> dict[str, float]:
+    def _charge(self, done: StepResult) -> None:
+        """Add the step's measured seconds and tokens (per phase) and counts to the run's totals."""
+        for p in PHASES:
+            self.totals[f"seconds_{p}"] += done.seconds.get(p, 0.0)
+            self.totals[f"tokens_{p}"] += done.tokens.get(p, 0)
+        self.totals["executions"] += done.executions
+        self.totals["failed_executions"] += done.failed_executions
+        self.totals["wm_calls"] += done.wm_calls
+
+    @property
+    def compute_hours(self) -> float:
+        """Measured seconds of every phase, in hours (GPU-hours on a cluster where each phase holds one GPU)."""
+        return sum(self.totals[f"seconds_{p}"] for p in PHASES) / 3600.0
+
+    def _metrics(self, done: StepResult) -> dict[str, float]:
         probs = self.policy.probs()
-        expected = float(np.nansum(np.where(np.isnan(self.table.known), 0.0, self.table.known) * probs, axis=1).mean())
+        known = np.where(np.isnan(self.table.known), 0.0, self.table.known)
+        expected = float(np.nansum(known * probs, axis=1).mean())
+        rows = [[known[self.agent.task_index[t.task_id], t.payload] for t in group] for group in done.groups]
+        anchors = done.executed & ~done.dropped
         snap = self.calibrator.snapshot() if self.calibrator is not None else {}
         out = {
             "expected_known_score": expected,
-            "anchor_groups": float(anchor.sum()),
-            "anchor_true_mean": float(np.nanmean(executed)) if anchor.any() else float("nan"),
-            "rollout_known_mean": float(known.mean()),
-            "executions": float(self.meter.executions),
-            "gpu_hours": self.meter.gpu_hours,
-            "failed_executions": float(self.failed_executions),
+            "anchor_groups": float(anchors.sum()),
+            "dropped_groups": float(done.dropped.sum()),
+            "anchor_true_mean": float(np.nanmean(done.r[anchors])) if anchors.any() else float("nan"),
+            "rollout_known_mean": float(np.mean(rows)),
+            "compute_hours": self.compute_hours,
+            **{k: float(v) for k, v in self.totals.items()},
             **{k: float(v) for k, v in snap.items()},
         }
         return {k: (v if math.isfinite(v) else None) for k, v in out.items()}  # type: ignore[misc]
@@ -204,8 +179,7 @@ class AnchoredSimTrainer:
             "step": self.step,
             "logits": self.policy.logits.copy(),
             "rng": self.rng.bit_generator.state,
-            "meter": {k: v for k, v in asdict(self.meter).items() if k != "cfg"},
-            "failed_executions": self.failed_executions,
+            "totals": dict(self.totals),
             "last_refit_step": self.last_refit_step,
             "task_ids": list(self.table.task_ids),
         }
@@ -214,17 +188,18 @@ class AnchoredSimTrainer:
         if state["task_ids"] != self.table.task_ids:
             raise ValueError("checkpoint was written for other tasks than the run's pool now offers")
         self.step = int(state["step"])
-        self.policy.logits = np.array(state["logits"], dtype=np.float64)
+        self.policy.logits[...] = np.array(state["logits"], dtype=np.float64)  # shared with agent and learner
         self.rng.bit_generator.state = state["rng"]
-        self.meter = replace(self.meter, **state["meter"])
-        self.failed_executions = int(state["failed_executions"])
+        self.totals = dict(state["totals"])
         self.last_refit_step = state["last_refit_step"]
 
     def state_digest(self) -> str:
         """sha256 of the policy, RNG, counters, and the calibration state as it would be saved now
-        (calibrator.json re-serialised from memory + every pool pair): equal digests = bit-identical."""
+        (calibrator.json re-serialised from memory + every pool pair): equal digests = bit-identical.
+        Measured seconds are left out: they are accounting, and differ between two runs of one config."""
         h = hashlib.sha256()
         state = self.state_dict()
+        state["totals"] = {k: v for k, v in state["totals"].items() if not k.startswith("seconds_")}
         h.update(np.ascontiguousarray(state.pop("logits")).tobytes())
         h.update(json.dumps(state, sort_keys=True, default=str).encode())
         if self.calibrator is not None:
@@ -247,7 +222,10 @@ class AnchoredSimTrainer:
         return {
             "rho": snap.get("rho"), "n_pairs": snap.get("n_pairs"), "n_refits": snap.get("n_refits"),
             "eta2": snap.get("eta2"), "last_refit_step": self.last_refit_step,
-            "executions": self.meter.executions, "failed_executions": self.failed_executions,
+            "executions": int(self.totals["executions"]),
+            "failed_executions": int(self.totals["failed_executions"]),
+            "cost_source": COST_SOURCE, "compute_hours": self.compute_hours,
+            **{f"seconds_{p}": self.totals[f"seconds_{p}"] for p in PHASES},
             "audit_ok": None if audit is None else audit["ok"],
             "audit_warnings": [] if audit is None else audit["warnings"],
             "audit_skipped": [] if audit is None else audit["skipped"],
@@ -276,12 +254,12 @@ class AnchoredSimTrainer:
         return written
 
 
-def make_trainer(cfg: WMRLConfig, run: RunDir, runner: AnchorRunner, resume: bool) -> AnchoredSimTrainer:
+def make_trainer(cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool) -> AnchoredSimTrainer:
     return AnchoredSimTrainer(cfg, run, runner, resume)
 
 
 def dry_candidates(n_tasks: int = 3, n_candidates: int = 4, sleep_s: float = 0.2) -> CandidateTable:
-    """Plumbing dry run (with ``launch.work=wmrl.orchestration.work:python_work``): each candidate is a
+    """Plumbing dry run (``trainer=dry`` with ``launch.work=wmrl.orchestration.work:python_work``): each candidate is a
     tiny script that sleeps and prints its known score, so the executed score equals the known one."""
     known = np.array([[round((k + 1 + t) / (n_candidates + n_tasks), 4) for k in range(n_candidates)]
                       for t in range(n_tasks)])
@@ -291,5 +269,5 @@ def dry_candidates(n_tasks: int = 3, n_candidates: int = 4, sleep_s: float = 0.2
     return CandidateTable([f"dry-{t}" for t in range(n_tasks)], names, codes, known)
 
 
-def make_dry_trainer(cfg: WMRLConfig, run: RunDir, runner: AnchorRunner, resume: bool) -> AnchoredSimTrainer:
+def make_dry_trainer(cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool) -> AnchoredSimTrainer:
     return AnchoredSimTrainer(cfg, run, runner, resume, dry_candidates(cfg.simulator.tasks, cfg.simulator.candidates))

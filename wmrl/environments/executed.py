@@ -1,0 +1,80 @@
+"""The executed environment: each submission really runs in a sandbox on a worker and is graded.
+
+Submissions become :class:`~wmrl.orchestration.records.ExecutionRequest` s (request id from the
+submission key ``step/group/trajectory/turn``, so a resubmitted step after a restart reuses finished
+work and nothing is counted twice), go through the run's execution service (the coordinator's
+``AnchorRunner``: submit, wait in slices, cancel what missed the deadline), and come back as
+:class:`~wmrl.rollout.Feedback` with the *measured* seconds the worker recorded. A request the workers
+gave up on, or that missed the deadline, is feedback with ``score=None`` (an infrastructure failure,
+never a property of the code): the step drops its group from training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
+from wmrl.rollout import EXECUTED, Feedback, Submission
+
+NO_RESULT = "The execution infrastructure gave up on this attempt; it is not counted."
+
+
+class Runner(Protocol):
+    """Submit requests, wait up to ``timeout_s``, return the outcomes that arrived (by request id)."""
+
+    def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]: ...
+
+
+def parse_key(key: str) -> tuple[int, int, int, int]:
+    """``step/group/trajectory/turn`` -> four ints (the execution request's coordinates)."""
+    parts = key.split("/")
+    try:
+        step, group, traj, turn = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"submission key {key!r} is not 'step/group/trajectory/turn' (four integers)") from None
+    return step, group, traj, turn
+
+
+class ExecutedEnvironment:
+    """Real executions through ``runner``; ``timeout_s`` is the sandbox limit of one solution."""
+
+    role = EXECUTED
+
+    def __init__(self, runner: Runner, run_id: str, timeout_s: float, launch: LaunchConfig) -> None:
+        self.runner, self.run_id, self.timeout_s, self.launch = runner, run_id, timeout_s, launch
+
+    def deadline_s(self, n_requests: int) -> float:
+        """How long a batch may take: every round of workers may need all its attempts and leases."""
+        rounds = math.ceil(n_requests / max(1, self.launch.workers))
+        return rounds * self.launch.max_attempts * (self.timeout_s + self.launch.lease_s) + 60.0
+
+    def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
+        if not submissions:
+            return []
+        requests = [self.request(s) for s in submissions]
+        done = self.runner.execute(requests, self.deadline_s(len(requests)))
+        return [to_feedback(s.key, done.get(r.request_id)) for s, r in zip(submissions, requests, strict=True)]
+
+    def request(self, sub: Submission) -> ExecutionRequest:
+        step, group, traj, turn = parse_key(sub.key)
+        return ExecutionRequest.create(self.run_id, step, sub.task_id, group, traj, sub.code, self.timeout_s, turn)
+
+
+def to_feedback(key: str, record: ExecutionOutcomeRecord | None) -> Feedback:
+    """The worker's record as feedback: score, validity, status and text from its outcome."""
+    if record is None:  # missed the deadline (cancelled)
+        return Feedback(key, NO_RESULT, None, False, "failed", details={"error": "no result by the deadline"})
+    if record.status != "done" or record.score is None:
+        return Feedback(key, NO_RESULT, None, False, "failed", record.exec_seconds,
+                        details={"error": record.error, "request_id": record.request_id})
+    outcome: dict[str, Any] = record.outcome
+    grade = outcome.get("grade") or {}
+    result = outcome.get("result") or {}
+    text = outcome.get("feedback") or outcome.get("stdout_tail") or ""
+    valid = bool(grade.get("valid", record.score > 0.0))
+    status = str(result.get("status") or outcome.get("status") or "ok")
+    return Feedback(key, text, float(record.score), valid, status, record.exec_seconds,
+                    details={"request_id": record.request_id, "worker_id": record.worker_id, **outcome})

@@ -1,0 +1,253 @@
+"""One WMRL step (paper §3), top to bottom, for every trainer.
+
+    roles -> tasks -> rollouts -> anchor pairs -> calibration -> training scores -> advantages
+          -> per-group weights -> learner update
+
+written against the protocols of :mod:`wmrl.rollout`: a :class:`~wmrl.rollout.Policy` rolls out one
+group of n trajectories per task, group g talking to ``envs[g]`` every turn (the *executed*
+environment for anchor groups G_E, the *world-model* environment for the others G_WM); a
+:class:`~wmrl.rollout.Learner` takes per-trajectory advantages and per-group weights. The synthetic
+simulator, the anchored end-to-end run and the LLM trainer (``wmrl/trainers/``) are implementations.
+
+Infrastructure failures (a trajectory whose score is ``None``: the workers gave up on an execution, a
+world-model call failed past its retries) follow one rule: **the group is dropped from training that
+step** (weight 0, its scores neither validated nor used; advantages are relative within a group, so a
+group with a hole has no defined advantage). A dropped anchor group records **no** anchor pair either:
+the pool holds whole groups only, because eta^2 normalises residuals by the within-group spread of the
+true scores (Eq. 5), which a partial group misstates. An anchor trajectory whose final solution the
+world model could not score (r_hat ``None``) keeps training on its true score r, but its group records
+no pair. Weights (Eq. 5) are computed over the groups that train, so they still sum to one.
+
+Accounting: the seconds and tokens of each phase (generation, world_model, execution) are *measured*
+sums of what the policy and environments recorded on the trajectories, plus the world model's scoring of
+the anchor trajectories (the anchor pairs); ``update`` is the learner's wall time, measured here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from wmrl.algorithm import (
+    Variant,
+    executed_groups,
+    group_advantages,
+    group_weights,
+    training_scores,
+)
+from wmrl.calibration.calibrator import STATE_NAME, Calibrator
+from wmrl.calibration.pool import AnchorPair
+from wmrl.config import AlgorithmConfig
+from wmrl.rollout import Environment, Feedback, Groups, Learner, Policy, Submission, Trajectory
+
+PHASES = ("generation", "world_model", "execution", "update")  # measured seconds; tokens in the first two
+
+
+# --------------------------------------------------------------------------- variant -> components
+
+
+def calibrator_for(
+    variant: Variant, alg: AlgorithmConfig, directory: Path | None = None, *, resume: bool = False
+) -> Calibrator | None:
+    """The one place that decides which variant calibrates and how (Eq. 4 debias, Eq. 5 denoise).
+
+    Variants that train on world-model groups *and* draw anchors get a Calibrator with their flags;
+    ``grpo_real``/``grpo_anchor_only`` (nothing to calibrate) and ``pure_wm`` (no anchors) get none.
+    ``resume``: reload the state in ``directory`` when there is one.
+    """
+    if not (variant.trains_on_wm and variant.needs_anchors):
+        return None
+    if directory is not None and resume and (Path(directory) / STATE_NAME).exists():
+        return Calibrator.load(alg, Path(directory))
+    return Calibrator(alg, directory, debias=variant.debias, denoise=variant.denoise)
+
+
+def world_model_scores(variant: Variant) -> bool:
+    """Whether the world model is called at all: only variants that train on its scores pay for it."""
+    return variant.trains_on_wm
+
+
+# --------------------------------------------------------------------------- what a step returns
+
+
+@dataclass
+class StepResult:
+    """Everything one step did, for the caller's logs. Arrays are indexed (group,) or (group, n)."""
+
+    step: int
+    task_ids: list[str]
+    groups: Groups
+    executed: np.ndarray  # (G,) anchor groups (really executed), before failures
+    dropped: np.ndarray  # (G,) groups with an infrastructure failure: not trained this step
+    trained: np.ndarray  # (G,) groups with weight > 0
+    r: np.ndarray  # (G, n) true scores of executed groups (NaN elsewhere / on failures)
+    r_hat: np.ndarray  # (G, n) world-model scores (NaN where none)
+    scores: np.ndarray  # (G, n) training scores (r, r_hat or f_hat(r_hat)); NaN on untrained groups
+    advantages: np.ndarray  # (G, n) Eq. 1/2; 0 on untrained groups
+    weights: np.ndarray  # (G,) Eq. 5; sum to 1 over trained groups, all 0 when nothing trained
+    rho: float  # the anchor-stream weight used (1 without denoising)
+    pairs: int  # anchor pairs recorded this step
+    refitted: bool  # f_hat was refit this step
+    updated: bool  # the learner took an update
+    executions: int  # submissions the executed environment evaluated (failed ones included)
+    failed_executions: int  # of which the infrastructure gave up (score None)
+    wm_calls: int  # submissions the world model evaluated (rollouts and anchor pairs)
+    seconds: dict[str, float] = field(default_factory=dict)  # measured, per phase
+    tokens: dict[str, int] = field(default_factory=dict)  # measured, per phase
+    learner: dict[str, float] = field(default_factory=dict)  # what Learner.update returned
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def wmrl_step(
+    step: int,
+    *,
+    variant: Variant,
+    alg: AlgorithmConfig,
+    task_pool: Sequence[str],
+    policy: Policy,
+    executed_env: Environment | None,
+    world_model_env: Environment | None,
+    learner: Learner,
+    calibrator: Calibrator | None,
+    rng: np.random.Generator,
+) -> StepResult:
+    """One step; ``policy``, ``learner`` and ``calibrator`` are updated in place.
+
+    ``world_model_env=None`` for variants that never use the world model (grpo_real/grpo_anchor_only):
+    no r_hat is computed or paid for. Groups a variant does not train on are not rolled out at all.
+    RNG draws, in this order (bit-identical runs): roles, tasks, then whatever the policy and the
+    environments draw.
+    """
+    # The config was validated for its own variant; a sweep runs others (min_anchor_groups >= 1 when
+    # the variant draws anchors, paper §3.3): a ConfigError naming the key, before anything runs.
+    replace(alg, variant=variant.name).validate()
+    n = alg.group_size
+    if variant.trains_on_wm and world_model_env is None:
+        raise ValueError(f"variant {variant.name!r} trains on world-model groups but no world model was given")
+    if variant.needs_anchors and executed_env is None:
+        raise ValueError(f"variant {variant.name!r} executes anchor groups but no executed environment was given")
+    # 1. roles: which of the m groups are anchor groups G_E (really executed), the rest G_WM
+    executed = executed_groups(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng)
+    if not variant.trains_on_wm:
+        executed = executed[executed]  # grpo_real / grpo_anchor_only: only executed groups exist
+    g = len(executed)
+    # 2. tasks: one per group
+    task_ids = [task_pool[int(k)] for k in rng.choice(len(task_pool), size=g, replace=g > len(task_pool))]
+    # 3. rollouts: every turn of an anchor group is executed, of a world-model group predicted
+    envs = [executed_env if e else world_model_env for e in executed]
+    groups = policy.rollout(step, task_ids, n, envs, rng)  # type: ignore[arg-type]
+    # 4. anchor pairs: the world model also scores each anchor trajectory's final solution
+    r, r_hat = _score_arrays(groups, executed)
+    wm_pair_calls = 0
+    if world_model_env is not None and executed.any():
+        wm_pair_calls = _score_anchor_pairs(step, groups, executed, world_model_env, r_hat)
+    dropped = np.array([any(t.score is None for t in group) for group in groups], dtype=bool)
+    # 5. calibration: observe the complete anchor groups' pairs (r_hat, r); refit f_hat when due
+    #    (Eq. 4); eta^2 and rho (Eq. 5)
+    pairs = anchor_pairs(step, task_ids, executed & ~dropped, r_hat, r) if calibrator is not None else []
+    refitted = False
+    if calibrator is not None and pairs:
+        refits = calibrator.debiaser.n_refits
+        calibrator.observe(pairs, step)
+        refitted = calibrator.debiaser.n_refits != refits
+    rho = calibrator.rho if calibrator is not None else 1.0
+    # 6. training scores: r on G_E, f_hat(r_hat) (debiasing, Eq. 4) or r_hat on G_WM
+    trained = ~dropped & (executed | variant.trains_on_wm)
+    scores = np.full((g, n), np.nan)
+    advantages = np.zeros((g, n))
+    weights = np.zeros(g)
+    updated = bool(trained.any())
+    if updated:
+        calibrate: Callable[[np.ndarray], np.ndarray] = calibrator.calibrate if calibrator else (lambda x: x)
+        wm_trained = trained & ~executed
+        if calibrator is not None and wm_trained.any():
+            calibrator.record_chased(r_hat[wm_trained])  # what GRPO chases: the audit's coverage check
+        scores[trained] = training_scores(variant, r_hat[trained], r[trained], executed[trained], calibrate)
+        # 7. advantages A_i = r_i - mean_j r_j within each group (Eq. 1/2)
+        advantages[trained] = group_advantages(scores[trained])
+        # 8. per-group weights rho/(rho|G_E|+|G_WM|) and 1/(rho|G_E|+|G_WM|) over trained groups (Eq. 5)
+        weights[trained] = group_weights(variant, rho, executed[trained])
+    # 9. update on the fused gradient
+    started = time.perf_counter()
+    learner_metrics = learner.update(groups, advantages, weights) if updated else {}
+    update_seconds = time.perf_counter() - started
+    flat = [t for group in groups for t in group]
+    executed_subs = [fb for gi, group in enumerate(groups) if executed[gi] for t in group for fb in _feedbacks(t)]
+    wm_subs = sum(len(_feedbacks(t)) for gi, group in enumerate(groups) if not executed[gi] for t in group)
+    return StepResult(
+        step=step, task_ids=task_ids, groups=groups, executed=executed, dropped=dropped, trained=trained,
+        r=r, r_hat=r_hat, scores=scores, advantages=advantages, weights=weights, rho=rho, pairs=len(pairs),
+        refitted=refitted, updated=updated, executions=len(executed_subs),
+        failed_executions=sum(fb.score is None for fb in executed_subs), wm_calls=wm_subs + wm_pair_calls,
+        seconds={**{p: float(sum(t.seconds.get(p, 0.0) for t in flat)) for p in PHASES[:3]}, "update": update_seconds},
+        tokens={p: int(sum(t.tokens.get(p, 0) for t in flat)) for p in PHASES},
+        learner=learner_metrics,
+    )
+
+
+def _feedbacks(t: Trajectory) -> list[Feedback]:
+    return [turn.feedback for turn in t.turns if turn.feedback is not None and turn.feedback.status != "no_code"]
+
+
+def _score_arrays(groups: Groups, executed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(G, n) r and r_hat from the trajectories' scores by role; NaN where there is none."""
+    shape = (len(groups), len(groups[0]) if groups else 0)
+    r, r_hat = np.full(shape, np.nan), np.full(shape, np.nan)
+    for gi, group in enumerate(groups):
+        for t in group:
+            value = np.nan if t.score is None else t.score
+            if executed[gi]:
+                t.r = t.score
+                r[gi, t.index] = value
+            else:
+                t.r_hat = t.score
+                r_hat[gi, t.index] = value
+    return r, r_hat
+
+
+def _score_anchor_pairs(
+    step: int, groups: Groups, executed: np.ndarray, world_model_env: Environment, r_hat: np.ndarray
+) -> int:
+    """r_hat of every anchor trajectory's final solution, in one batch; returns the calls made.
+
+    A trajectory without code scores 0 on both sides (an invalid or missing submission is 0), so it
+    gets r_hat = 0 without a call; a failed world-model call leaves r_hat NaN (the group records no pair).
+    """
+    todo: list[tuple[int, Trajectory, Submission]] = []
+    for gi in np.flatnonzero(executed):
+        for t in groups[gi]:
+            if t.final_code is None:
+                t.r_hat, r_hat[gi, t.index] = 0.0, 0.0
+            else:
+                todo.append((int(gi), t, Submission(f"{step}/{gi}/{t.index}/pair", t.task_id, t.final_code)))
+    if not todo:
+        return 0
+    feedbacks = world_model_env.evaluate([sub for _, _, sub in todo])
+    for (gi, t, _), fb in zip(todo, feedbacks, strict=True):
+        t.r_hat = fb.score
+        r_hat[gi, t.index] = np.nan if fb.score is None else fb.score
+        t.seconds["world_model"] = t.seconds.get("world_model", 0.0) + fb.seconds
+        t.tokens["world_model"] = t.tokens.get("world_model", 0) + fb.tokens
+    return len(todo)
+
+
+def anchor_pairs(
+    step: int, task_ids: Sequence[str], groups: np.ndarray, r_hat: np.ndarray, r: np.ndarray
+) -> list[AnchorPair]:
+    """The (r_hat, r) pairs of the given anchor groups that are complete (every trajectory has both);
+    ids are per run: ``step/group/trajectory``."""
+    complete = [gi for gi in np.flatnonzero(groups) if np.isfinite(r_hat[gi]).all() and np.isfinite(r[gi]).all()]
+    return [
+        AnchorPair(
+            pair_id=f"{step}/{gi}/{i}", step=step, task_id=task_ids[gi], group_id=f"{step}/{gi}",
+            traj_id=str(i), predicted=float(r_hat[gi, i]), true=float(r[gi, i]),
+        )
+        for gi in complete
+        for i in range(r.shape[1])
+    ]
