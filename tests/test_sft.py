@@ -118,3 +118,26 @@ def test_a_stopped_sft_resumes_and_ends_with_the_uninterrupted_weights(base, exa
     a, b = load_file(str(straight / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not work[0].exists()  # the checkpoints are removed once the result is in place
+
+
+def test_examples_sharing_only_a_prompt_head_pack_exactly(base, examples):
+    tok = load_tokenizer(base)
+    head = [{"role": "system", "content": "You judge code. Answer in JSON."}]
+    mixed = []
+    for task in ("iris", "wine"):
+        prompt = tok.apply_chat_template([*head, {"role": "user", "content": f"Check {task}."}],
+                                         add_generation_prompt=True, tokenize=False)
+        mixed.append(SFTExample(tok.encode(prompt, add_special_tokens=False),
+                                tok.encode('{"verdict": "pass"}<|im_end|>', add_special_tokens=False), "world_model"))
+    rows = pack_rows(mixed + examples, max_tokens=4096, seed=1)
+    assert any(len(r.members) > 1 and any(i < 2 for i in r.members) for r in rows)
+    model = load_causal_lm(base)
+    with torch.no_grad():
+        packed = sum(engine._row_loss(model, build_row(r, mixed + examples)).sum() for r in rows)
+    one_by_one = torch.tensor(0.0)
+    with torch.no_grad():
+        for ex in mixed + examples:
+            ids = torch.tensor([list(ex.prompt_ids + ex.target_ids)])
+            logits = model(input_ids=ids).logits[0, len(ex.prompt_ids) - 1: -1]
+            one_by_one += torch.nn.functional.cross_entropy(logits, ids[0, len(ex.prompt_ids):], reduction="sum")
+    assert torch.allclose(packed, one_by_one, rtol=1e-5)

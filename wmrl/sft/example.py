@@ -1,10 +1,12 @@
 """SFT examples and their packing into training rows.
 
-Many examples share one prompt (the same task overview with different reference replies), and the
-prompt is most of the tokens. A *row* therefore holds one prompt followed by several targets; a
-4-D attention mask lets each target see the prompt and its own earlier tokens only, and every target
-gets the positions it would have right after the prompt. The loss of a row equals the sum of the
-losses of its examples processed one by one (tested), at the price of reading the prompt once.
+Many examples share their prompt (one task overview with different reference replies) or a long
+prompt head (the world model's system prompt and check header), and prompts are most of the tokens.
+A *row* therefore holds a shared prefix followed by several segments (the rest of one example's
+prompt, then its target); a 4-D attention mask lets each segment see the prefix and its own earlier
+tokens only, and every segment gets the positions it would have right after the prefix. The loss of
+a row equals the sum of the losses of its examples processed one by one (tested), at the price of
+reading the shared prefix once.
 """
 
 from __future__ import annotations
@@ -46,20 +48,35 @@ def examples_digest(examples: Sequence[SFTExample]) -> str:
     return digest.hexdigest()
 
 
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 @dataclass(frozen=True)
 class Row:
-    """One forward pass: a prompt and the targets that share it (indices into the example list)."""
+    """One forward pass: a shared ``prefix`` and the examples packed after it (indices into the list).
 
-    prompt: tuple[int, ...]
+    Each member contributes the rest of its prompt (``prompt_ids[len(prefix):]``) and its target."""
+
+    prefix: tuple[int, ...]
     members: tuple[int, ...]
 
     def length(self, examples: Sequence[SFTExample]) -> int:
-        return len(self.prompt) + sum(len(examples[i].target_ids) for i in self.members)
+        return len(self.prefix) + sum(
+            len(examples[i].prompt_ids) - len(self.prefix) + len(examples[i].target_ids) for i in self.members
+        )
 
 
 def pack_rows(examples: Sequence[SFTExample], max_tokens: int, seed: int) -> list[Row]:
-    """One epoch's rows: examples grouped by prompt, shuffled by ``seed``, at most ``max_tokens`` each.
+    """One epoch's rows, at most ``max_tokens`` each, in an order shuffled by ``seed``.
 
+    Examples are sorted by prompt, so that those sharing a prompt (one task's replies) or a long
+    prompt head (the system prompt and check header of world-model checks) are neighbours, and a row
+    grows greedily while the shared part keeps the row shorter than the examples one by one would be.
     A pure function of its arguments, so a resumed run sees exactly the rows it would have seen.
     """
     for i, ex in enumerate(examples):
@@ -70,22 +87,26 @@ def pack_rows(examples: Sequence[SFTExample], max_tokens: int, seed: int) -> lis
             )
     rng = random.Random(seed)
     order = list(range(len(examples)))
-    rng.shuffle(order)
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i in order:  # groups in order of first appearance after the shuffle, members shuffled too
-        groups.setdefault(examples[i].prompt_ids, []).append(i)
+    rng.shuffle(order)  # ties (identical prompts) keep a seeded order
+    order.sort(key=lambda i: examples[i].prompt_ids)
     rows: list[Row] = []
-    for prompt, members in groups.items():
-        current: list[int] = []
-        used = len(prompt)
-        for i in members:
-            size = len(examples[i].target_ids)
-            if current and used + size > max_tokens:
-                rows.append(Row(prompt, tuple(current)))
-                current, used = [], len(prompt)
-            current.append(i)
-            used += size
-        rows.append(Row(prompt, tuple(current)))
+    prefix: tuple[int, ...] = ()
+    members: list[int] = []
+    used = 0  # sum of prompt + target lengths of the members
+    for i in order:
+        ex = examples[i]
+        size = len(ex.prompt_ids) + len(ex.target_ids)
+        if members:
+            shared = _common_prefix(prefix, ex.prompt_ids)
+            # Row length if i joins: the shared prefix once, everything else per member.
+            joined = used + size - shared * len(members)
+            if shared > 0 and joined <= max_tokens:
+                prefix, members, used = prefix[:shared], [*members, i], used + size
+                continue
+            rows.append(Row(prefix, tuple(members)))
+        prefix, members, used = ex.prompt_ids, [i], size
+    if members:
+        rows.append(Row(prefix, tuple(members)))
     rng.shuffle(rows)
     return rows
 
@@ -104,29 +125,31 @@ class PackedRow:
 
 
 def build_row(row: Row, examples: Sequence[SFTExample], dtype: torch.dtype = torch.float32) -> PackedRow:
-    prompt_len = len(row.prompt)
-    ids = list(row.prompt)
-    positions = list(range(prompt_len))
-    spans: list[tuple[int, int]] = []  # [start, end) of each target in the row
+    shared = len(row.prefix)
+    ids = list(row.prefix)
+    positions = list(range(shared))
+    spans: list[tuple[int, int]] = []  # [start, end) of each member's segment (rest of prompt + target)
     logit_index: list[int] = []
     labels: list[int] = []
     kinds: list[str] = []
     for i in row.members:
-        target = examples[i].target_ids
+        ex = examples[i]
+        segment = ex.prompt_ids[shared:] + ex.target_ids
         start = len(ids)
-        ids.extend(target)
-        positions.extend(range(prompt_len, prompt_len + len(target)))
+        ids.extend(segment)
+        positions.extend(range(shared, shared + len(segment)))
         spans.append((start, len(ids)))
-        # The first target token is predicted from the prompt's last position, the rest from their
-        # predecessor inside the same target.
-        logit_index.extend([prompt_len - 1, *range(start, start + len(target) - 1)])
-        labels.extend(target)
-        kinds.extend([examples[i].kind] * len(target))
+        # Target token k is predicted from the position before it: the last prompt token (in the
+        # shared prefix when the member has no prompt of its own left) or the previous target token.
+        first = start + len(ex.prompt_ids) - shared  # row index of the first target token
+        logit_index.extend([first - 1 if first > start else shared - 1, *range(first, first + len(ex.target_ids) - 1)])
+        labels.extend(ex.target_ids)
+        kinds.extend([ex.kind] * len(ex.target_ids))
     total = len(ids)
     allowed = torch.zeros(total, total, dtype=torch.bool)
-    allowed[:prompt_len, :prompt_len] = torch.ones(prompt_len, prompt_len, dtype=torch.bool).tril()
+    allowed[:shared, :shared] = torch.ones(shared, shared, dtype=torch.bool).tril()
     for start, end in spans:
-        allowed[start:end, :prompt_len] = True
+        allowed[start:end, :shared] = True
         allowed[start:end, start:end] = torch.ones(end - start, end - start, dtype=torch.bool).tril()
     mask = torch.zeros(total, total, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
     return PackedRow(

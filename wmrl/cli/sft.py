@@ -1,0 +1,45 @@
+"""``wmrl sft``: the supervised warm start of the tiny default (cached by content hash, resumable).
+
+    wmrl sft                                        # model init (cached) + examples + SFT
+    wmrl sft configs/train.yaml sft.epochs=4
+    wmrl sft --base /path/to/hf-model               # SFT another local model on the same examples
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from wmrl.cli.args import IntermixedParser, split_config_args
+from wmrl.config import load_config
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("sft", help="supervised warm start: agent replies + world-model JSON")
+    parser.__class__ = IntermixedParser  # overrides may follow the options
+    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config, then overrides")
+    parser.add_argument("--base", default=None, help="local HF model to train (default: the tiny model, built)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from wmrl.models.cache import MARKER
+    from wmrl.models.loading import model_dir
+    from wmrl.sft.pipeline import sft_default_model
+
+    started = time.monotonic()
+    config, overrides = split_config_args(args.args)
+    cfg = load_config(config, overrides)
+    base = model_dir(args.base) if args.base else None
+    path, trained = sft_default_model(cfg, base=base, progress=not args.quiet)
+    facts = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
+    losses = ", ".join(f"{k.removeprefix('loss/')} {v:.3f}" for k, v in facts["final_epoch_loss"].items())
+    how = f"trained ({facts['steps']} steps, {facts['seconds'] / 60:.1f} min)" if trained else "cached"
+    print(f"{how}: {path}")
+    print(f"  final-epoch loss: {losses} (first step {facts['first_loss']:.3f}); "
+          f"total {(time.monotonic() - started) / 60:.1f} min")
+    return 0
