@@ -65,12 +65,13 @@ def test_an_example_longer_than_a_row_is_refused_with_the_key_to_raise():
 
 
 def test_sft_loss_decreases(base, examples, tmp_path):
-    out, trained = run_sft(base, examples, FAST, cache_dir=str(tmp_path), progress=False)
+    cfg = replace(FAST, epochs=30)
+    out, trained = run_sft(base, examples, cfg, cache_dir=str(tmp_path), progress=False)
     import json
 
     facts = json.loads((out / MARKER).read_text())
-    assert trained and facts["steps"] == FAST.epochs * len(pack_rows(examples, FAST.pack_tokens, 0))
-    assert facts["final_epoch_loss"]["loss/agent"] < 0.6 * facts["first_loss"]
+    assert trained and facts["steps"] == cfg.epochs * len(pack_rows(examples, cfg.pack_tokens, 0))
+    assert facts["final_loss"]["loss/agent"] < 0.6 * facts["first_loss"]
 
 
 def test_sft_output_is_a_loadable_hf_directory_with_the_base_tokenizer(base, examples, tmp_path):
@@ -104,7 +105,8 @@ def test_changed_examples_or_hyperparameters_miss_the_cache(base, examples, tmp_
 
 
 def test_a_stopped_sft_resumes_and_ends_with_the_uninterrupted_weights(base, examples, tmp_path):
-    cfg = replace(FAST, epochs=4, checkpoint_every=3)
+    one_per_row = max(len(e.prompt_ids) + len(e.target_ids) for e in examples) + 1
+    cfg = replace(FAST, epochs=4, checkpoint_every=3, pack_tokens=one_per_row)  # 9 rows = 9 steps per epoch
     straight, _ = run_sft(base, examples, cfg, cache_dir=str(tmp_path / "a"), progress=False)
     with pytest.raises(StopTraining):
         run_sft(base, examples, cfg, cache_dir=str(tmp_path / "b"), progress=False, stop_after=7)
@@ -141,3 +143,13 @@ def test_examples_sharing_only_a_prompt_head_pack_exactly(base, examples):
             logits = model(input_ids=ids).logits[0, len(ex.prompt_ids) - 1: -1]
             one_by_one += torch.nn.functional.cross_entropy(logits, ids[0, len(ex.prompt_ids):], reduction="sum")
     assert torch.allclose(packed, one_by_one, rtol=1e-5)
+
+
+def test_epochs_per_kind_limits_the_passes_over_that_kind(base, examples):
+    tok = load_tokenizer(base)
+    judge = chat_examples(tok, tasks=("iris",), replies=2, kind="world_model")
+    mixed = examples + judge
+    cfg = replace(FAST, epochs=3, epochs_per_kind={"world_model": 1})
+    passes = {kind: sum(1 for rows in engine.plan_steps(mixed, cfg) for row in rows for i in row.members
+                        if mixed[i].kind == kind) for kind in ("agent", "world_model")}
+    assert passes == {"agent": 3 * len(examples), "world_model": len(judge)}

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     base = model_dir(args.base) if args.base else None
     path, trained = sft_default_model(cfg, base=base, progress=not args.quiet)
     facts = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
-    losses = ", ".join(f"{k.removeprefix('loss/')} {v:.3f}" for k, v in facts["final_epoch_loss"].items())
+    losses = ", ".join(f"{k.removeprefix('loss/')} {v:.3f}" for k, v in facts["final_loss"].items())
     how = f"trained ({facts['steps']} steps, {facts['seconds'] / 60:.1f} min)" if trained else "cached"
     print(f"{how}: {path}")
     print(f"  final-epoch loss: {losses} (first step {facts['first_loss']:.3f}); "

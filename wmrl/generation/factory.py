@@ -8,12 +8,15 @@ from wmrl.generation.base import Generator
 from wmrl.generation.config import GenerationConfig
 
 
-def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float32") -> Generator:
-    """``transformers`` (CPU, or one GPU as a fallback) or ``vllm`` (GPU clusters, the ``gpu`` extra)."""
+def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float32", colocated: bool = True) -> Generator:
+    """``transformers`` (CPU, or one GPU as a fallback) or ``vllm`` (GPU clusters, the ``gpu`` extra).
+
+    ``colocated``: the learner trains on the GPU vLLM serves from (weights then travel by CUDA IPC).
+    """
     if cfg.backend == "vllm":
         from wmrl.generation.vllm_engine import VLLMGenerator
 
-        return VLLMGenerator(str(path), cfg.vllm)
+        return VLLMGenerator(str(path), cfg.vllm, colocated=colocated)
     from wmrl.generation.hf import TransformersGenerator
 
     return TransformersGenerator.from_path(str(path), dtype=dtype, device=cfg.device, batch_size=cfg.batch_size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Keys that change how the run is executed, not what it computes: left out of the cache key.
 NOT_HASHED = ("checkpoint_every", "threads", "out")
@@ -13,9 +13,12 @@ class SFTConfig:
     lr: float = 2e-3  # peak AdamW learning rate (tiny models from scratch want a large one)
     min_lr_ratio: float = 0.1  # cosine decay down to lr * min_lr_ratio
     warmup_steps: int = 10
-    epochs: int = 8
-    rows_per_step: int = 4  # packed rows accumulated into one optimizer step
-    pack_tokens: int = 2048  # at most this many tokens per row (one prompt + the targets sharing it)
+    epochs: int = 5  # passes over the examples of every kind not listed in epochs_per_kind
+    # Fewer (or more) passes for some kinds. World-model prompts are long and unshared (~490k tokens
+    # per pass on the built-in pool, against ~76k for the agent's), so one pass keeps SFT in budget.
+    epochs_per_kind: dict[str, int] = field(default_factory=lambda: {"world_model": 1})
+    rows_per_step: int = 2  # packed rows accumulated into one optimizer step
+    pack_tokens: int = 4096  # at most this many tokens per row (a shared prompt head + the examples after it)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     seed: int = 0
@@ -24,6 +27,9 @@ class SFTConfig:
     # Output directory; "" = <model.cache_dir>/sft/sft-<hash> (cached by content hash).
     out: str = ""
 
+    def epochs_for(self, kind: str) -> int:
+        return int(self.epochs_per_kind.get(kind, self.epochs))
+
     def validate(self, prefix: str = "sft") -> None:
         from wmrl.config_checks import check_range
 
@@ -31,6 +37,8 @@ class SFTConfig:
         check_range(f"{prefix}.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
         check_range(f"{prefix}.warmup_steps", self.warmup_steps, 0)
         check_range(f"{prefix}.epochs", self.epochs, 1)
+        for kind, epochs in self.epochs_per_kind.items():
+            check_range(f"{prefix}.epochs_per_kind.{kind}", epochs, 0)
         check_range(f"{prefix}.rows_per_step", self.rows_per_step, 1)
         check_range(f"{prefix}.pack_tokens", self.pack_tokens, 16)
         check_range(f"{prefix}.weight_decay", self.weight_decay, 0.0)

@@ -54,10 +54,18 @@ def default_sft_dir(cache_dir: str, digest: str) -> Path:
 
 
 def plan_steps(examples: Sequence[SFTExample], cfg: SFTConfig) -> list[list[Row]]:
-    """Every optimizer step's rows, epoch after epoch (steps never straddle two epochs)."""
+    """Every optimizer step's rows, epoch after epoch (steps never straddle two epochs).
+
+    Epoch ``e`` holds the examples whose kind still has passes left (``sft.epochs_per_kind``); row
+    members index into ``examples`` whatever the subset.
+    """
     steps: list[list[Row]] = []
-    for epoch in range(cfg.epochs):
-        rows = pack_rows(examples, cfg.pack_tokens, cfg.seed + epoch)
+    kinds = sorted({ex.kind for ex in examples})
+    for epoch in range(max(cfg.epochs_for(k) for k in kinds)):
+        chosen = [i for i, ex in enumerate(examples) if epoch < cfg.epochs_for(ex.kind)]
+        subset = [examples[i] for i in chosen]
+        rows = [Row(r.prefix, tuple(chosen[j] for j in r.members))
+                for r in pack_rows(subset, cfg.pack_tokens, cfg.seed + epoch)]
         steps += [rows[i: i + cfg.rows_per_step] for i in range(0, len(rows), cfg.rows_per_step)]
     return steps
 
@@ -152,21 +160,26 @@ def train(
     return _facts(base, examples, cfg, steps, log, time.monotonic() - start_time, resumed_at=first)
 
 
+def final_losses(log: list[dict[str, Any]], window: int = 10) -> dict[str, float]:
+    """Per kind, the mean loss over the last ``window`` steps that trained on that kind."""
+    out: dict[str, float] = {}
+    for key in sorted({k for entry in log for k in entry if k.startswith("loss/")}):
+        values = [entry[key] for entry in log if key in entry][-window:]
+        out[key] = sum(values) / len(values)
+    return out
+
+
 def _facts(base: Path, examples: Sequence[SFTExample], cfg: SFTConfig, steps: list[list[Row]],
            log: list[dict[str, Any]], seconds: float, resumed_at: int) -> dict[str, Any]:
-    per_epoch = len(steps) // cfg.epochs if cfg.epochs else len(steps)
-    last_epoch = log[-per_epoch:] if per_epoch else log
-    kinds = sorted({k for entry in last_epoch for k in entry if k.startswith("loss/")})
     return {
         "recipe": RECIPE,
         "base_model": str(base),
         "examples": len(examples),
         "examples_per_kind": {k: sum(1 for e in examples if e.kind == k) for k in sorted({e.kind for e in examples})},
         "steps": len(steps),
-        "target_tokens_per_epoch": sum(len(e.target_ids) for e in examples),
+        "trained_tokens": sum(row.length(examples) for rows in steps for row in rows),
         "first_loss": log[0]["loss"] if log else None,
-        "final_epoch_loss": {k: sum(e[k] for e in last_epoch if k in e) / sum(1 for e in last_epoch if k in e)
-                             for k in kinds},
+        "final_loss": final_losses(log),
         "seconds": round(seconds, 3),
         "resumed_at_step": resumed_at,
         "sft": dataclasses.asdict(cfg),
