@@ -160,9 +160,9 @@ def test_nccl_update_sets_up_the_group_once_then_broadcasts_packed(fake_vllm, ti
     trainer = dict(fake_vllm.calls)["trainer_init"]
     assert (init["rank_offset"], init["world_size"], trainer["world_size"]) == (1, 3, 3)
     assert init["master_port"] == trainer["master_port"]
-    update = [a for n, a in fake_vllm.calls if n == "update_weights"][0]["update_info"]
+    update = next(a for n, a in fake_vllm.calls if n == "update_weights")["update_info"]
     assert update["packed"] is True and update["names"] == ["model.norm.weight"]
-    sent_names, args = [a for n, a in fake_vllm.calls if n == "trainer_send_weights"][0]
+    sent_names, args = next(a for n, a in fake_vllm.calls if n == "trainer_send_weights")
     assert sent_names == ["model.norm.weight"] and args["group"] == "group" and args["packed"] is True
     assert order[-1] == "finish_weight_update"
 
