@@ -61,9 +61,9 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         diff, se = _diff(d, "grpo_real", "pure_wm")
         (g, gse), (p, pse) = _final(d, "grpo_real"), _final(d, "pure_wm")
         lines += [
-            f"Initial score {init:.4f}, optimum J* {opt:.4f}. grpo_real ends at {g:.4f} ± {gse:.4f}, pure_wm at "
+            (f"Initial score {init:.4f}, optimum J* {opt:.4f}. grpo_real ends at {g:.4f} ± {gse:.4f}, pure_wm at "
             f"{p:.4f} ± {pse:.4f}: {diff:.4f} below ({diff / se:.1f} SE); pure_wm gains "
-            f"{100 * (p - init) / (g - init):.0f}% of grpo_real's gain. {_mark(diff > 4 * se)} (criterion: > 4 SE below).",
+            f"{100 * (p - init) / (g - init):.0f}% of grpo_real's gain. {_mark(diff > 4 * se)} (criterion: > 4 SE below)."),
             "",
             "## 2. WMRL vs real-execution GRPO",
             "",
@@ -74,18 +74,18 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         ok_score, ok_exec = diff >= -2 * se, frac <= 0.15
         hours = d["variants"]["grpo_real"]["gpu_hours"] / d["variants"]["wmrl"]["gpu_hours"]
         lines += [
-            f"wmrl ends at {w[0]:.4f} ± {w[1]:.4f}, grpo_real at {_final(d, 'grpo_real')[0]:.4f}: difference "
+            (f"wmrl ends at {w[0]:.4f} ± {w[1]:.4f}, grpo_real at {_final(d, 'grpo_real')[0]:.4f}: difference "
             f"{diff:+.4f} ± {se:.4f} ({diff / se:+.1f} SE) -> within two SE: {_mark(ok_score)}. wmrl recovers "
-            f"{100 * (w[0] - init) / (_final(d, 'grpo_real')[0] - init):.0f}% of grpo_real's gain over the initial policy.",
-            f"Executions: {100 * frac:.1f}% of grpo_real's -> <= 15%: {_mark(ok_exec)}. Compute: grpo_real uses "
-            f"{hours:.1f}x the GPU-hours of wmrl.",
+            f"{100 * (w[0] - init) / (_final(d, 'grpo_real')[0] - init):.0f}% of grpo_real's gain over the initial policy."),
+            (f"Executions: {100 * frac:.1f}% of grpo_real's -> <= 15%: {_mark(ok_exec)}. Compute: grpo_real uses "
+            f"{hours:.1f}x the GPU-hours of wmrl."),
             "",
         ]
         if not ok_score:
             lines += [
-                "Why the gap: f_hat estimates E[r | r_hat], not phi^-1; with world-model noise it shrinks the best "
+                ("Why the gap: f_hat estimates E[r | r_hat], not phi^-1; with world-model noise it shrinks the best "
                 "(extreme) approaches towards the pool mean, and with crash risk a little of the world model's risk "
-                "aversion survives debiasing. The gap shrinks with `simulator.wm_noise` (docs/simulate.md, Known limits).",
+                "aversion survives debiasing. The gap shrinks with `simulator.wm_noise` (docs/simulate.md, Known limits)."),
                 "",
             ]
         lines += [
@@ -96,8 +96,8 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         ordering = m < dn and m < db and dn < wm and db < wm
         lines += [
             f"mixture {m:.4f} < denoise_only {dn:.4f}, debias_only {db:.4f} < wmrl {wm:.4f}: {_mark(ordering)}.",
-            f"Gains over mixture: denoise_only {dn - m:+.4f}, debias_only {db - m:+.4f}, wmrl {wm - m:+.4f} "
-            f"(SE of a difference about {_diff(d, 'wmrl', 'mixture')[1]:.4f}).",
+            (f"Gains over mixture: denoise_only {dn - m:+.4f}, debias_only {db - m:+.4f}, wmrl {wm - m:+.4f} "
+            f"(SE of a difference about {_diff(d, 'wmrl', 'mixture')[1]:.4f})."),
             "",
         ]
     h = reports.get("harsh")
@@ -108,12 +108,12 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         lines += [
             "### Where WMRL falls short (scenario `harsh`, a documented limit)",
             "",
-            f"With noise 0.05 on phi(r) = r^0.3 and riskier ambitious approaches, wmrl ends at {w:.4f} vs grpo_real "
+            (f"With noise 0.05 on phi(r) = r^0.3 and riskier ambitious approaches, wmrl ends at {w:.4f} vs grpo_real "
             f"{g:.4f} ({diff:+.4f}, {diff / se:+.1f} SE; pure_wm {p:.4f}); wmrl recovers "
             f"{100 * (w - init) / (g - init):.0f}% of grpo_real's gain. Near the top phi is flat, noise blurs the best "
             "approaches together, and the isotonic map estimates E[r | r_hat] (which regresses them to the mean), "
             "not phi^-1: a bias that no monotone map of r_hat can remove; only the anchor stream carries the "
-            "difference, and rho <= w_max caps its weight.",
+            "difference, and rho <= w_max caps its weight."),
             "",
         ]
     f = reports.get("fallback_noise")
@@ -125,11 +125,11 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         lines += [
             "## 4. Fallback",
             "",
-            f"Uninformative world model (`fallback_noise`): wmrl {w:.4f}, mixture {m:.4f}, grpo_anchor_only {a:.4f} "
+            (f"Uninformative world model (`fallback_noise`): wmrl {w:.4f}, mixture {m:.4f}, grpo_anchor_only {a:.4f} "
             f"(initial {init:.4f}). wmrl beats mixture by {diff:+.4f} ({diff / se:+.1f} SE): {_mark(diff > 2 * se)}. "
             f"Recovered fraction (wmrl - mixture)/(anchor_only - mixture) = {frac:.2f}; relative to the initial "
             f"score, (wmrl - init)/(anchor_only - init) = {(w - init) / (a - init):.2f}. "
-            f"Most of the gain (> 0.5): {_mark(frac > 0.5)}.",
+            f"Most of the gain (> 0.5): {_mark(frac > 0.5)}."),
             "",
         ]
     g = reports.get("degrade")
@@ -138,9 +138,9 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         step, w_max = g["meta"]["degrade_step"], g["meta"]["w_max"]
         before, after = _rho_phases(g, runs, step, w_max)
         lines += [
-            f"Degradation (`degrade`, noise jumps at step {step}): wmrl's rho averages {before:.2f} over the 50 steps "
+            (f"Degradation (`degrade`, noise jumps at step {step}): wmrl's rho averages {before:.2f} over the 50 steps "
             f"before and {after:.2f} over the second half after it (w_max = {w_max:g}). Rises towards w_max: "
-            f"{_mark(after > before + 0.5 * (w_max - before))} (criterion: closes more than half the gap to w_max).",
+            f"{_mark(after > before + 0.5 * (w_max - before))} (criterion: closes more than half the gap to w_max)."),
             "",
         ]
     lines += ["## 5. Assumption-6 audit", ""]

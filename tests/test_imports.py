@@ -123,3 +123,10 @@ def test_module_imports_on_its_own_in_a_fresh_interpreter(module):
     done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                           cwd=PACKAGE.parent, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_orchestration_imports_no_trainer_and_nothing_of_the_simulator():
+    graph = import_graph()
+    offenders = {(m, d) for m, deps in graph.items() if m.startswith("wmrl.orchestration")
+                 for d in deps if d.startswith(("wmrl.simulate", "wmrl.trainers."))}
+    assert offenders == set()
