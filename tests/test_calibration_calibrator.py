@@ -325,3 +325,22 @@ def test_audit_is_saved_where_status_reads_it(tmp_path: Path) -> None:
     cal.audit()
     saved = read_audit(tmp_path)
     assert saved["ok"] is True and saved["monotonicity_gain"] is not None
+
+
+def test_noise_free_world_model_keeps_rho_at_one_and_the_audit_silent() -> None:
+    """sigma = 0, stationary affine phi (issue 7: the old 1e-8 floor on the ratio sent rho to w_max)."""
+    cal = Calibrator(cfg())
+    rng = np.random.default_rng(0)
+    levels = rng.beta(2, 4, 64)
+    rhos = []
+    for step in range(60):
+        r = np.where(rng.random(16) < 0.2, 0.0, rng.choice(levels, 16))
+        cal.observe(
+            [AnchorPair(f"{step}/{i}", step, f"task{i // 8}", f"{step}/{i // 8}", str(i), 0.2 + 0.6 * r[i], r[i])
+             for i in range(16)],
+            step,
+        )
+        rhos.append(cal.rho)
+    assert cal.warmed_up and max(rhos) < 1.05
+    reports = [cal.audit() for _ in range(3)]
+    assert reports[-1].ok and not any(r.flags for r in reports)
