@@ -47,6 +47,18 @@ SCENARIOS: dict[str, Scenario] = {
             ("simulator.phi=bump", "simulator.phi_param=0.5"),
         ),
         Scenario(
+            "noise_free",
+            "a noise-free world model with an intercept (phi(r) = 0.2 + 0.6 r, noise 0): rho stays at 1 and the"
+            " audit stays silent",
+            ("simulator.phi=0.2 + 0.6*r", "simulator.wm_noise=0"),
+        ),
+        Scenario(
+            "task_offset",
+            "bias that differs by task: the default world model with r_hat 0.2 lower on half the tasks; no"
+            " global map can correct it, and the audit must name it",
+            ("simulator.wm_task_offset=-0.2",),
+        ),
+        Scenario(
             "monotone_stationary",
             "monotone stationary bias (logistic phi, slope 6, noise 0.02): Assumption 6 holds, the audit must stay silent",
             ("simulator.phi=logistic", "simulator.phi_param=6", "simulator.wm_noise=0.02"),
