@@ -200,6 +200,12 @@ def write_markdown(rows: list[dict], out: Path, meta: dict) -> None:
         bc = "/".join(str(v) for v in r["by_check"].values())
         lines.append(f"| {r['cell']} | {r['seeds']} | {r['any_warning']} ({r['any_warning'] / r['seeds']:.1%}) | "
                      f"{lo:.1%}–{hi:.1%} | {bc} | {r['rho_mean']:.3f} |")
+    null = [r for r in rows if r["kind"] == "null"]
+    if null:
+        k, n = sum(r["any_warning"] for r in null), sum(r["seeds"] for r in null)
+        lo, hi = wilson(k, n)
+        lines += ["", (f"All null runs together: {k}/{n} warned ({k / n:.1%}, 95% CI {lo:.1%}–{hi:.1%}); "
+                       "target: a run-level false-warning rate ≤ 5%.")]
     lines += [
         "",
         "## Power (the named check should warn)",
@@ -227,7 +233,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
+    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 8))
     null = [r for r in rows if r["kind"] == "null"]
     power = [r for r in rows if r["kind"] == "power"]
     for ax, sel, key, title in ((a, null, "any_warning", "false-warning rate (runs)"),
