@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from launch_support import slurm_problem
 from learner_support import tiny_model_dir
 from safetensors.torch import load_file
 
@@ -33,16 +34,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _run(args: list[str], ranks: int = 1) -> None:
+def _run(args: list[str], ranks: int = 1, srun: bool = False) -> None:
     # This pytest process may hold a learner of its own: its launch variables must not leak.
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["OMP_NUM_THREADS"] = "1"
     launcher = [sys.executable]
-    if ranks > 1:
+    if srun:  # Slurm starts the ranks; the learner finds them through submitit's environment
+        launcher = ["srun", f"--ntasks={ranks}", "--cpus-per-task=1", "--time=15", "--job-name=wmrl-learner-test",
+                    *launcher]
+    elif ranks > 1:
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
                      f"--master_port={_free_port()}"]
-    proc = subprocess.run([*launcher, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=800, check=False)
+    proc = subprocess.run([*launcher, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=800,
+                          check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
@@ -50,16 +55,23 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     return torch.load(path), json.loads(Path(str(path) + ".json").read_text())
 
 
-@pytest.mark.parametrize("zero_stage", [0, 2])
+@pytest.mark.parametrize(
+    ("zero_stage", "launcher"),
+    [(0, "torchrun"), (2, "torchrun"), pytest.param(2, "srun", marks=pytest.mark.slurm)],
+)
 def test_two_ranks_give_the_update_of_one_rank_with_accumulation(
-    model_dir: Path, tmp_path: Path, zero_stage: int
+    model_dir: Path, tmp_path: Path, zero_stage: int, launcher: str
 ) -> None:
+    if launcher == "srun" and (problem := slurm_problem()) is not None:
+        if os.environ.get("WMRL_REQUIRE_SLURM") == "1":
+            pytest.fail(f"WMRL_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)
     # Plain SGD with lr 1: each update is the (clipped) gradient itself, compared to float tolerance.
     # (Adam's first step, lr * g/|g|, would amplify float noise where g is ~0 into lr-sized flips.)
     common = ["--model", str(model_dir), "--zero-stage", str(zero_stage), "--updates", "2", "--micro", "2",
               "--optimizer", "sgd", "--lr", "1.0"]
     _run([*common, "--out", str(tmp_path / "one.pt")])
-    _run([*common, "--out", str(tmp_path / "two.pt")], ranks=2)
+    _run([*common, "--out", str(tmp_path / "two.pt")], ranks=2, srun=launcher == "srun")
     one, one_meta = _load(tmp_path / "one.pt")
     two, two_meta = _load(tmp_path / "two.pt")
     assert (one_meta["world_size"], two_meta["world_size"]) == (1, 2)

@@ -141,3 +141,13 @@ def test_mismatched_advantages_are_refused_with_the_expected_shape(model_dir: Pa
     groups = make_groups(2, 3)
     with pytest.raises(ValueError, match=r"expected \(G, n\) = \(2, 3\)"):
         learner.update(groups, np.zeros((2, 2)), np.array([0.5, 0.5]))
+
+
+def test_the_ratio_compares_raw_log_probs_at_any_sampling_temperature(model_dir: Path) -> None:
+    # The generators report raw log-probs (before temperature); the tempered policy still trains.
+    learner = GRPOLearner(LearnerConfig(lr=1e-6, temperature=2.0), model_dir)
+    groups = make_groups(1, 2, seed=11)
+    with_policy_logprobs(groups, model_dir)
+    metrics = learner.update(groups, advantages_of(groups), np.array([1.0]))
+    assert metrics["learner/ratio_mean_abs_dev"] < 1e-4
+    assert metrics["learner/entropy"] > 0

@@ -40,7 +40,8 @@ class LearnerConfig:
     token_sum_norm: int = 16384
     policy_loss: str = "on_policy"
     clip_eps: float = 0.2  # PPO clip range, policy_loss=ppo_clip only
-    # Logits are divided by this before log-probs: must equal the sampler's temperature.
+    # The policy is the tempered softmax(logits / temperature) the sampler drew from: set it to the
+    # sampling temperature. (The importance ratio uses raw log-probs, as the generators report them.)
     temperature: float = 1.0
     # Trajectories per forward/backward on one rank; a step's groups are accumulated over micro-batches.
     micro_batch_size: int = 2

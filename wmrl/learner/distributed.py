@@ -46,6 +46,9 @@ def _export_environment() -> str:
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ:
         from submitit.helpers import TorchDistributedEnvironment
 
+        # submitit recognises a Slurm task by the variable its own executor sets; a plain `srun` in a
+        # user's sbatch script has the same SLURM_* variables but not this one.
+        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
         # Ranks bind devices by LOCAL_RANK (DeepSpeed does), so CUDA_VISIBLE_DEVICES stays whole.
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         return "slurm"

@@ -140,9 +140,11 @@ class GRPOLearner:
         targets, mask = b.input_ids[:, 1:], b.target_mask
         logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
         logp, entropy = token_log_probs(logits[:, :-1] / cfg.temperature, targets)
+        # The generators return raw log-probs (before temperature, docs/models.md): compare like with like.
+        raw_logp = logp if cfg.temperature == 1.0 else token_log_probs(logits[:, :-1], targets)[0]
 
         # Importance ratio against the sampler (1 on-policy, up to numerics): logged, or clipped (PPO).
-        ratio = torch.exp(logp - b.sampler_logprobs)
+        ratio = torch.exp(raw_logp - b.sampler_logprobs)
         adv = b.advantages[:, None]
         if cfg.policy_loss == "ppo_clip":
             clipped_ratio = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
