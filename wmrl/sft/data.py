@@ -25,6 +25,7 @@ from typing import Any
 
 from wmrl.agent.chat import ChatTokens
 from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
+from wmrl.sft.example import SFTExample
 from wmrl.world_model.prompts import (
     SimulatorContext,
     check_messages,
@@ -33,17 +34,6 @@ from wmrl.world_model.prompts import (
 )
 from wmrl.world_model.targets import target_json
 from wmrl.world_model.variants import Outcome, Variant
-
-try:  # the SFT engine's record (wmrl/sft/example.py) lands separately
-    from wmrl.sft.example import SFTExample
-except ModuleNotFoundError:  # pragma: no cover - only before the engine is on main
-
-    @dataclass(frozen=True)
-    class SFTExample:  # type: ignore[no-redef]
-        prompt_ids: tuple[int, ...]
-        target_ids: tuple[int, ...]
-        kind: str = "agent"
-
 
 AGENT, WORLD_MODEL = "agent", "world_model"
 _DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
