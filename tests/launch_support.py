@@ -13,7 +13,7 @@ from pathlib import Path
 
 from wmrl.config import WMRLConfig, load_config, to_yaml
 from wmrl.io import read_json
-from wmrl.orchestration.coordinator import read_events
+from wmrl.orchestration.health import read_events
 from wmrl.orchestration.rundir import RunDir, create_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,6 +96,17 @@ def slurm_problem() -> str | None:
     if out.returncode != 0 or not {s.rstrip("*~#") for s in out.stdout.split()} & USABLE_NODE_STATES:
         return f"the Slurm cluster is not up ({(out.stderr or out.stdout).strip()}); slurm/start-local.sh"
     return None
+
+
+def require_slurm() -> None:
+    """Skip without the local cluster, or fail where CI promised one (WMRL_REQUIRE_SLURM=1)."""
+    import pytest
+
+    problem = slurm_problem()
+    if problem is not None:
+        if os.environ.get("WMRL_REQUIRE_SLURM") == "1":
+            pytest.fail(f"WMRL_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(problem)
 
 
 def squeue_gone(job_id: str) -> bool:

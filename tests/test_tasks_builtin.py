@@ -132,6 +132,21 @@ def test_only_adds_a_task_and_keeps_the_other_tasks(tmp_path):
     assert [t["task_id"] for t in index["tasks"]] == ["lfw-face-detection", "wine-cultivar"]
 
 
+def test_pool_is_shareable_under_the_umask_and_answers_stay_private(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        build_pool(tmp_path / "pool", only=["wine"], progress=False)
+    finally:
+        os.umask(old)
+    task = tmp_path / "pool" / "wine-cultivar"
+    modes = {p: (tmp_path / "pool" / p).stat().st_mode & 0o777 for p in (".", "pool.json")}
+    assert modes == {".": 0o755, "pool.json": 0o644}  # was 0700 / 0600: a lab could not share it
+    assert (task / "public" / "train.csv").stat().st_mode & 0o777 == 0o644
+    assert (task / "private").stat().st_mode & 0o777 == 0o700
+
+
 def test_rebuild_keeps_files_and_task_copies_wmrl_did_not_create(tmp_path):
     root = tmp_path / "pool"
     build_pool(root, only=["wine"], progress=False)

@@ -41,6 +41,13 @@ def _refuse_if_running(run: RunDir, stale_s: float) -> str | None:
     seen = probe.read_holder()
     if seen is not None and probe.stale_reason(*seen) is None:
         return f"{run.path} is in use by a coordinator ({seen[0].describe()}); see `wmrl status {run.path}`"
+    if (run.path / "jobs").is_dir():
+        from wmrl.orchestration.slurm import COORDINATOR, live_jobs
+
+        waiting = live_jobs(run, COORDINATOR)
+        if waiting:
+            return (f"{run.path} has a coordinator job in Slurm ({', '.join(waiting)}, pending or running); "
+                    f"see `wmrl status {run.path}`, or `wmrl cancel {run.path}` first")
     return None
 
 
@@ -93,10 +100,13 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.get("state") == "finished" else 1
 
     from wmrl.orchestration.launch import submit_run
+    from wmrl.orchestration.slurm import WORKERS, live_jobs
 
+    adopted = live_jobs(run_dir, WORKERS) if (run_dir.path / "jobs").is_dir() else []
     coordinator, workers = submit_run(cfg, run_dir)
     print(f"executor: slurm (submitit; logs in {run_dir.logs / 'submitit'})")
-    print(f"jobs:     coordinator {coordinator}, workers {workers} (array of {cfg.launch.workers})")
+    how = "adopted: still pending or running" if workers in adopted else f"array of {cfg.launch.workers}"
+    print(f"jobs:     coordinator {coordinator}, workers {workers} ({how})")
     print(f"watch:    wmrl status {run_dir.path}")
     print(f"cancel:   wmrl cancel {run_dir.path}", flush=True)
     if not args.wait:

@@ -31,6 +31,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sft",
     "rollouts",
     "export",
+    "sync",
 )
 
 

@@ -11,9 +11,18 @@ from typing import Any
 from wmrl.config import load_config
 from wmrl.io import read_json
 from wmrl.orchestration.coordinator import PROGRESS
+from wmrl.orchestration.health import (
+    coordinator_health,
+    latest_checkpoint_step,
+    result_counts,
+    slurm_final_states,
+)
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import live_workers, throughput_per_min
+from wmrl.orchestration.slurm import ACTIVE_STATES
 from wmrl.orchestration.spool import Spool
+from wmrl.tracking.outbox import Outbox
+from wmrl.tracking.run_tracker import MLFLOW_RUN_ID
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,18 +33,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def collect(run: RunDir) -> dict[str, Any]:
-    """Everything status shows, from files only (and squeue when the run has Slurm jobs)."""
+    """Everything status shows, from files (and squeue/sacct when the run has Slurm jobs)."""
     cfg = load_config(run.config_path)
     spool = Spool(run, cfg.launch.max_attempts)
     try:
         progress = read_json(run.path / PROGRESS)
     except (OSError, ValueError):
         progress = {}
+    health = coordinator_health(run, cfg.launch.lock_stale_s)
+    results = result_counts(run)
+    counts = spool.counts()
     info: dict[str, Any] = {
         "run_dir": str(run.path), "ended": run.ended_reason() if run.is_ended() else None,
-        "progress": progress, "queue": spool.counts(),
+        "progress": progress, "checkpoint_step": latest_checkpoint_step(run),
+        "coordinator": {"state": health.state, "detail": health.detail, "last_error": health.last_error},
+        "queue": {"queued": counts["queued"], "claimed": counts["claimed"], "done": results.done,
+                  "failed": results.failed, "invalid": results.invalid, "quarantined": counts["quarantined"]},
         "live_workers": live_workers(run, cfg.launch.lease_s),
         "throughput_per_min": throughput_per_min(spool), "jobs": [],
+        "tracking": _tracking(run, cfg),
     }
     from wmrl.orchestration.slurm import job_states, load_jobs
 
@@ -46,10 +62,46 @@ def collect(run: RunDir) -> dict[str, Any]:
         except (OSError, RuntimeError) as err:
             states = {}
             info["squeue_error"] = str(err)
+        over = slurm_final_states([r.job_id for r in records if not states.get(r.job_id)])
         for r in records:
             info["jobs"].append({"kind": r.kind, "job_id": r.job_id, "tasks": r.n_tasks,
-                                 "states": states.get(r.job_id, [])})
+                                 "states": states.get(r.job_id, []), "final": over.get(r.job_id)})
+    info["state"] = run_state(info)
     return info
+
+
+def _tracking(run: RunDir, cfg: Any) -> dict[str, Any]:
+    if not cfg.tracking.enabled:
+        return {"enabled": False}
+    state = Outbox(run.path).state()
+    try:
+        run_id = (run.path / MLFLOW_RUN_ID).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        run_id = None
+    return {"enabled": True, "uri": cfg.tracking.uri, "mlflow_run_id": run_id, "records": state.records,
+            "pending": state.pending, "last_error": state.last_error, "failing_since": state.failing_since}
+
+
+def run_state(info: dict[str, Any]) -> str:
+    """One phrase that is true: ended / running / queued on Slurm / dead (why) / not started."""
+    coordinator = info["coordinator"]
+    jobs = [j for j in info["jobs"] if j["kind"] == "coordinator"]
+    active = [j for j in jobs if any(s in ACTIVE_STATES for s in j["states"])]
+    if info["ended"]:
+        return f"ended ({info['ended']})"
+    if coordinator["state"] == "alive":
+        return "running"
+    if active and any("PENDING" in j["states"] or "REQUEUED" in j["states"] for j in active):
+        return f"waiting for Slurm: coordinator job {active[-1]['job_id']} is pending ({coordinator['detail']})"
+    if active:
+        return f"starting (coordinator job {active[-1]['job_id']} {', '.join(active[-1]['states'])})"
+    if coordinator["state"] == "never" and not jobs:
+        return "not started"
+    finals = [f"Slurm job {j['job_id']} {j['final']}" for j in jobs if j.get("final")]
+    parts = [coordinator["detail"], *finals[-1:]]
+    if coordinator["last_error"]:
+        parts.append(f"last error: {coordinator['last_error']}")
+    return f"DEAD: coordinator not running, run not ended ({'; '.join(parts)}); relaunch: wmrl launch {info['run_dir']}"
 
 
 def _fmt(value: Any, spec: str = ".3g") -> str:
@@ -64,30 +116,56 @@ def _duration(seconds: float | None) -> str:
 
 def render(info: dict[str, Any], brief: bool = False) -> str:
     p, q = info["progress"], info["queue"]
-    state = f"ended ({info['ended']})" if info["ended"] else p.get("state", "not started")
+    state = info["state"]
     step = f"{p.get('step', 0)}/{p.get('total_steps', '?')}"
+    running = state == "running"
+    workers = info["live_workers"] if running or not info["ended"] else 0
     if brief:
         return (f"[{time.strftime('%H:%M:%S')}] {state}: step {step}, queue {q['queued']} waiting / "
-                f"{q['claimed']} running / {q['done']} done, {info['live_workers']} workers, rho {_fmt(p.get('rho'))}")
+                f"{q['claimed']} running / {q['done']} done, {workers} workers, rho {_fmt(p.get('rho'))}")
     age = time.time() - p["updated_at"] if "updated_at" in p else None
+    eta = f", ETA {_duration(p.get('eta_s'))}" if running else ""
+    invalid = f", {q['invalid']} unreadable (not counted)" if q["invalid"] else ""
     lines = [
         f"run        {info['run_dir']}",
-        f"state      {state}" + (f" (updated {age:.0f} s ago)" if age is not None else ""),
-        f"step       {step}   checkpoint at step {_fmt(p.get('checkpoint_step'), 'd')}",
-        f"queue      {q['queued']} waiting, {q['claimed']} running, {q['done']} done, {q['quarantined']} quarantined",
-        f"workers    {info['live_workers']} live",
+        f"state      {state}" + (f" (progress updated {age:.0f} s ago)" if age is not None else ""),
+        f"step       {step}   checkpoint at step {_fmt(info['checkpoint_step'], 'd')}",
+        (f"queue      {q['queued']} waiting, {q['claimed']} running, {q['done']} done, {q['failed']} failed, "
+         f"{q['quarantined']} quarantined{invalid}"),
+        f"workers    {workers} live" + ("" if running or not workers else " (no coordinator: they exit when idle)"),
         (f"calibration rho {_fmt(p.get('rho'))}, pairs {_fmt(p.get('n_pairs'), '.0f')}, refits "
          f"{_fmt(p.get('n_refits'), '.0f')} (last at step {_fmt(p.get('last_refit_step'), 'd')}), "
          f"eta2 {_fmt(p.get('eta2'))}"),
         _audit_line(p),
         _compute_line(p),
+        _resume_line(p),
+        _tracking_line(info["tracking"], info["run_dir"]),
         (f"throughput {info['throughput_per_min']:.1f} executions/min, "
-         f"{_fmt(p.get('seconds_per_step'))} s/step, ETA {_duration(p.get('eta_s'))}"),
+         f"{_fmt(p.get('seconds_per_step'))} s/step{eta}"),
     ]
     for job in info["jobs"]:
-        states = ", ".join(f"{n} {s}" for s, n in _count(job["states"]).items()) or "not in squeue (over)"
+        states = ", ".join(f"{n} {s}" for s, n in _count(job["states"]).items()) or \
+            (job.get("final") or "not in squeue (over)")
         lines.append(f"slurm      {job['kind']} {job['job_id']} ({job['tasks']} task(s)): {states}")
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line)
+
+
+def _resume_line(progress: dict[str, Any]) -> str:
+    warning = progress.get("resume_warning")
+    return f"resume     WARNING: {warning}" if warning else ""
+
+
+def _tracking_line(tracking: dict[str, Any], run_dir: str) -> str:
+    if not tracking.get("enabled"):
+        return "tracking   off"
+    where = f"MLflow run {tracking['mlflow_run_id'] or '(not created yet)'} at {tracking['uri']}"
+    if not tracking["pending"]:
+        return f"tracking   {where}: all {tracking['records']} record(s) sent"
+    since = tracking.get("failing_since")
+    why = f"; failing since {time.strftime('%H:%M:%S', time.localtime(since))}: {tracking['last_error'][:120]}" \
+        if since and tracking.get("last_error") else ""
+    return (f"tracking   {where}: {tracking['pending']} of {tracking['records']} record(s) NOT sent yet{why}; "
+            f"they wait in {run_dir}/tracking/ (`wmrl sync {run_dir}` sends them)")
 
 
 def _compute_line(progress: dict[str, Any]) -> str:

@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     build = sub.add_parser("build", help="build the built-in pool (deterministic)")
     build.add_argument("--only", nargs="+", metavar="FAMILY", help="build only these task families")
+    build.add_argument("--group", default="", metavar="GROUP",
+                       help="Unix group that shares the pool (setgid on the root; rights follow the umask)")
     _common(build, "where to build (default: tasks.root, $WMRL_TASKS_DIR or ~/.cache/wmrl/...)")
 
     listing = sub.add_parser("list", help="list the tasks of a pool; broken ones are reported, not hidden")
@@ -73,7 +75,7 @@ def _build(args: argparse.Namespace, cfg: WMRLConfig) -> int:
     from wmrl.tasks.builtin.build import build_pool
 
     root = default_pool_root(cfg.tasks.root)
-    metas = build_pool(root, only=args.only)
+    metas = build_pool(root, only=args.only, group=args.group)
     print(f"built {len(metas)} task(s) in {root}")
     return 0
 

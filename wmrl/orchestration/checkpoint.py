@@ -83,6 +83,7 @@ def step_name(step: int) -> str:
 class CheckpointStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.unreadable: list[str] = []  # why latest() skipped each checkpoint it could not verify
 
     # ------------------------------------------------------------------ write
     def write(self, snap: Snapshot, reason: str) -> Path:
@@ -157,11 +158,13 @@ class CheckpointStore:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         candidates += sorted((p for p in self.root.glob("step-*") if p.is_dir()), reverse=True)
+        self.unreadable = []
         for directory in dict.fromkeys(candidates):
             try:
                 return self.load(directory)
             except (OSError, ValueError, KeyError) as err:
                 log.error("skipping checkpoint %s: %s", directory, err)
+                self.unreadable.append(f"{directory.name}: {err}")
         return None
 
 

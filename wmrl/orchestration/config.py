@@ -35,6 +35,9 @@ class LaunchConfig:
     # Unix group that shares the run directory ("" = the user's default group): the directory gets it
     # with the setgid bit, so every file inside belongs to it; group rights follow the umask (0002).
     group: str = ""
+    # When checkpoints exist but none verifies, restart from step 0 (loudly: console, event log,
+    # `wmrl status`) or, with false, refuse to start.
+    restart_without_checkpoint: bool = True
 
     # ---- Slurm submission (launch.executor=slurm; see docs/orchestration.md). "" / 0 = not requested.
     partition: str = ""

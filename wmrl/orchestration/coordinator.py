@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -35,9 +36,11 @@ from typing import Any, Protocol
 import submitit
 
 from wmrl.config import WMRLConfig, load_config, to_flat_dict
-from wmrl.io import append_line_durable, atomic_write_json, atomic_write_text
+from wmrl.io import append_line_durable, atomic_write_json
 from wmrl.orchestration.checkpoint import CheckpointStore, Snapshot, read_tree, restore_tree
+from wmrl.orchestration.health import EVENTS
 from wmrl.orchestration.lock import RunLock
+from wmrl.orchestration.metrics_log import MetricsLog
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
@@ -48,14 +51,11 @@ from wmrl.orchestration.slurm import (
     load_jobs,
     submit_workers,
 )
-from wmrl.tracking import Tracker
+from wmrl.tracking.run_tracker import RunTracker
 from wmrl.trainers import trainer_factory
 
 log = logging.getLogger(__name__)
 PROGRESS = "progress.json"
-METRICS = "metrics.jsonl"
-EVENTS = "logs/coordinator-events.jsonl"
-MLFLOW_RUN_ID = "mlflow_run_id"  # a requeued coordinator keeps logging into the same MLflow run
 
 
 class RunEnded(Exception):
@@ -107,7 +107,7 @@ class AnchorRunner:
         while len(done) < len(ids) and time.monotonic() < deadline:
             if self.run_dir.is_ended():
                 raise RunEnded(self.run_dir.ended_reason() or "ended")
-            slice_s = min(30.0, max(0.0, deadline - time.monotonic()))
+            slice_s = min(5.0, max(0.0, deadline - time.monotonic()))  # a cancel takes effect fast
             done.update(self.service.wait([i for i in ids if i not in done], slice_s))
             self.tick()
         missing = [i for i in ids if i not in done]
@@ -176,6 +176,11 @@ class Coordinator(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(Coordinator(self.run_dir))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        run = self._live.get("run")
+        if run is not None and run.is_ended() and not self._live.get("finishing"):
+            # `wmrl cancel` marked the run ended, then scancel: stop at once and end it as a local
+            # cancel does (plots, KILLED in MLflow) within Slurm's KillWait.
+            raise RunEnded(run.ended_reason() or "cancelled")
         self._save_snapshot("signal-term")
         if "run" in self._live:
             record_event(self._live["run"], "terminated", step=self._live.get("saved_step"))
@@ -205,6 +210,13 @@ class Coordinator(submitit.helpers.Checkpointable):
             signal.signal(signal.SIGTERM, self._on_sigterm)
             with open_tracker(cfg, run) as tracker:
                 return self._loop(cfg, run, trainer, service, tracker, progress)
+        except Exception as err:
+            # What `wmrl status` shows as the dead coordinator's last error (the traceback is in
+            # logs/coordinator.log).
+            log.exception("coordinator crashed")
+            record_event(run, "crashed", step=self._live.get("saved_step"),
+                         error=f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
+            raise
         finally:
             if local is not None:
                 local.stop()
@@ -215,6 +227,8 @@ class Coordinator(submitit.helpers.Checkpointable):
                        runner: AnchorRunner) -> Trainer:
         snap = store.latest()
         factory = trainer_factory(cfg.trainer)
+        if snap is None and store.unreadable:
+            self._no_checkpoint_verified(cfg, run, store)
         if snap is None:
             trainer = factory(cfg, run, runner, False)
             self._take_snapshot(trainer)
@@ -235,8 +249,21 @@ class Coordinator(submitit.helpers.Checkpointable):
             raise RuntimeError(f"restored state of step {snap.step} does not reproduce its checkpoint digest")
         return trainer
 
+    def _no_checkpoint_verified(self, cfg: WMRLConfig, run: RunDir, store: CheckpointStore) -> None:
+        """Checkpoints exist but none verifies: restart from step 0 loudly, or refuse (config flag)."""
+        why = "; ".join(store.unreadable)
+        message = (f"no checkpoint of {run.path} verifies ({why}); "
+                   + ("restarting from step 0" if cfg.launch.restart_without_checkpoint else
+                      "refusing to restart from step 0 (launch.restart_without_checkpoint=false)"))
+        log.error(message)
+        print(f"wmrl coordinator: {message}", file=sys.stderr, flush=True)
+        record_event(run, "no_checkpoint", error=message)
+        if not cfg.launch.restart_without_checkpoint:
+            raise RuntimeError(message)
+        self._live["resume_warning"] = message
+
     def _loop(self, cfg: WMRLConfig, run: RunDir, trainer: Trainer,
-              service: SpoolExecutionService, tracker: Tracker, progress: bool) -> dict[str, Any]:
+              service: SpoolExecutionService, tracker: RunTracker, progress: bool) -> dict[str, Any]:
         from tqdm import tqdm
 
         bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="steps", disable=not progress)
@@ -245,35 +272,47 @@ class Coordinator(submitit.helpers.Checkpointable):
                                 allocation_end() if os.environ.get("SLURM_JOB_ID") else None)
         started = time.time()
         first_step = trainer.step
-        while trainer.step < trainer.total_steps and not run.is_ended():
-            t0 = time.time()
-            try:
+        metrics_log = MetricsLog(run.path)
+        try:
+            while trainer.step < trainer.total_steps and not run.is_ended():
+                t0 = time.time()
                 metrics = trainer.run_step()
-            except RunEnded:
-                break
-            self._take_snapshot(trainer)
-            step_seconds = time.time() - t0
-            append_line_durable(run.path / METRICS, json.dumps(
-                {"step": trainer.step, "step_seconds": step_seconds, **metrics}, sort_keys=True))
-            tracker.log_metrics({"step_seconds": step_seconds, **metrics}, step=trainer.step)
-            reason = schedule.due()
-            if reason is not None:
-                self._save_snapshot(reason)
-                schedule.last = time.time()
-            self._write_progress(run, trainer, service, started, first_step, "running")
-            bar.update(1)
-            bar.set_postfix(rho=metrics.get("rho"), pairs=metrics.get("n_pairs"))
+                self._take_snapshot(trainer)
+                step_seconds = time.time() - t0
+                self._log_step(run, metrics_log, tracker, trainer.step, {"step_seconds": step_seconds, **metrics})
+                reason = schedule.due()
+                if reason is not None:
+                    self._save_snapshot(reason)
+                    schedule.last = time.time()
+                self._write_progress(run, trainer, service, started, first_step, "running")
+                bar.update(1)
+                bar.set_postfix(rho=metrics.get("rho"), pairs=metrics.get("n_pairs"))
+        except RunEnded:
+            pass  # cancelled: end at the last finished step, as below
+        self._live["finishing"] = True
         bar.close()
         self._save_snapshot("end")
-        for plot in trainer.write_plots(run.path / "plots", list(iter_metrics(run))):
+        for plot in trainer.write_plots(run.path / "plots", metrics_log.ordered()):
             tracker.log_artifact(plot, "plots")
         finished = trainer.step >= trainer.total_steps
         state = "finished" if finished else f"stopped ({run.ended_reason()})"
+        tracker.final_status = "FINISHED" if finished else "KILLED"
         self._write_progress(run, trainer, service, started, first_step, state)
         if finished:
             run.mark_ended("finished")
         record_event(run, "ended", step=trainer.step, state=state, digest=self._live["snapshot"].digest)
         return {"step": trainer.step, "state": state, **trainer.progress()}
+
+    def _log_step(self, run: RunDir, metrics_log: MetricsLog, tracker: RunTracker, step: int,
+                  metrics: dict[str, Any]) -> None:
+        """metrics.jsonl and MLflow, one row per step: a faithful replay of a logged step adds nothing."""
+        what, timestamp_ms = metrics_log.record(step, metrics)
+        if what == "replayed":
+            return
+        if what == "replaced":
+            log.warning("replayed step %d differs from its first run; its row is replaced", step)
+            record_event(run, "replay_differs", step=step)
+        tracker.log_metrics(metrics, step=step, timestamp_ms=timestamp_ms)
 
     # ------------------------------------------------------------------ state
     def _take_snapshot(self, trainer: Trainer) -> None:
@@ -301,7 +340,8 @@ class Coordinator(submitit.helpers.Checkpointable):
         progress = {
             "state": state, "step": trainer.step, "total_steps": trainer.total_steps,
             "updated_at": time.time(), "seconds_per_step": per_step,
-            "eta_s": per_step * (trainer.total_steps - trainer.step) if per_step else None,
+            "eta_s": per_step * (trainer.total_steps - trainer.step) if per_step and state == "running" else None,
+            "resume_warning": self._live.get("resume_warning"),
             "checkpoint_step": self._live.get("saved_step"), "service": service.stats().to_dict(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **trainer.progress(),
         }
@@ -309,17 +349,13 @@ class Coordinator(submitit.helpers.Checkpointable):
 
 
 @contextmanager
-def open_tracker(cfg: WMRLConfig, run: RunDir) -> Iterator[Tracker]:
-    """The run's MLflow run: created on the first start, reattached (by the id saved in the run
-    directory) after a requeue, so one wmrl run is one MLflow run however often it restarts."""
-    id_path = run.path / MLFLOW_RUN_ID
-    resume = id_path.read_text(encoding="utf-8").strip() if id_path.exists() else None
+def open_tracker(cfg: WMRLConfig, run: RunDir) -> Iterator[RunTracker]:
+    """The run's MLflow run, best-effort (:mod:`wmrl.tracking.run_tracker`): created on the first
+    start (or when the store is first reachable), reattached after a requeue by the id saved in the
+    run directory, so one wmrl run is one MLflow run however often it restarts."""
     tags = {"wmrl.run_dir": str(run.path), "wmrl.variant": cfg.algorithm.variant,
             "wmrl.executor": cfg.launch.executor}
-    with Tracker(cfg.tracking, cfg.run_name, params=to_flat_dict(cfg), tags=tags,
-                 resume_run_id=resume) as tracker:
-        if tracker.run_id is not None and resume is None:
-            atomic_write_text(id_path, tracker.run_id + "\n")
+    with RunTracker(cfg.tracking, run.path, cfg.run_name, params=to_flat_dict(cfg), tags=tags) as tracker:
         yield tracker
 
 
@@ -332,32 +368,6 @@ def _file_log(run: RunDir) -> logging.Handler:
     return handler
 
 
-def read_events(run: RunDir) -> list[dict[str, Any]]:
-    """The coordinator's event log (a torn last line is skipped)."""
-    out = []
-    try:
-        lines = (run.path / EVENTS).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return out
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def iter_metrics(run: RunDir) -> Iterable[dict[str, Any]]:
-    """metrics.jsonl, last record per step (a step redone after a restart is logged twice)."""
-    by_step: dict[int, dict[str, Any]] = {}
-    try:
-        lines = (run.path / METRICS).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        by_step[int(record["step"])] = record
-    return [by_step[k] for k in sorted(by_step)]
+    """metrics.jsonl, one record per step (the last one, should an old file hold a step twice)."""
+    return MetricsLog(run.path).ordered()

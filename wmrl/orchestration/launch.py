@@ -7,6 +7,7 @@ coordinator.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -15,13 +16,17 @@ from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.slurm import (
     COORDINATOR,
+    WORKERS,
     JobRecord,
     check_slurm_available,
     clean_slurm_environment,
+    live_jobs,
     record_job,
     slurm_executor,
     submit_workers,
 )
+
+log = logging.getLogger(__name__)
 
 
 def submit_coordinator(cfg: WMRLConfig, run: RunDir) -> str:
@@ -34,10 +39,17 @@ def submit_coordinator(cfg: WMRLConfig, run: RunDir) -> str:
 
 
 def submit_run(cfg: WMRLConfig, run: RunDir) -> tuple[str, str]:
-    """Coordinator first (it owns the run), then the worker array; returns both job ids."""
+    """Coordinator first (it owns the run), then the worker array; returns both job ids.
+
+    A relaunch (the coordinator died, or was cancelled and is resumed) adopts a worker array of the
+    run that still has tasks pending or running instead of submitting a second one beside it.
+    """
     check_slurm_available()
     coordinator = submit_coordinator(cfg, run)
-    workers = submit_workers(cfg, run)
-    return coordinator, workers
+    live = live_jobs(run, WORKERS)
+    if live:
+        log.info("adopting worker array %s of %s (tasks still pending or running)", live[-1], run.path)
+        return coordinator, live[-1]
+    return coordinator, submit_workers(cfg, run)
 
 

@@ -215,6 +215,14 @@ def active_tasks(job_ids: Sequence[str]) -> int:
     return sum(sum(s in ACTIVE_STATES for s in v) for v in job_states(job_ids).values())
 
 
+def live_jobs(run: RunDir, kind: str) -> list[str]:
+    """Jobs of the run of this kind (COORDINATOR or WORKERS) that Slurm still holds: pending,
+    running, requeued (oldest first)."""
+    jobs = [r.job_id for r in load_jobs(run) if r.kind == kind]
+    states = job_states(jobs) if jobs else {}
+    return [j for j in jobs if any(s in ACTIVE_STATES for s in states.get(j, []))]
+
+
 def cancel_jobs(job_ids: Sequence[str]) -> None:
     if job_ids:
         subprocess.run(["scancel", *map(str, job_ids)], check=False, timeout=60)

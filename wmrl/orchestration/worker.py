@@ -25,6 +25,7 @@ from typing import Any
 
 from wmrl.io import atomic_write_json
 from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.health import coordinator_health
 from wmrl.orchestration.records import ExecutionOutcomeRecord, check_id, check_score, sanitize_id
 from wmrl.orchestration.rundir import RunDir, host_name, slurm_identity
 from wmrl.orchestration.spool import SWEEP_EVERY_S, Claim, LeaseWatch, Spool
@@ -102,7 +103,8 @@ class Worker:
     def _loop(self) -> None:
         poll = self.launch.poll_min_s
         idle_since = time.monotonic()
-        last_sweep = 0.0
+        last_sweep = last_health = 0.0
+        dead_since: float | None = None
         while not self._stop.is_set():
             if self.run_dir.is_ended():
                 self.exit_reason = f"run ended ({self.run_dir.ended_reason()})"
@@ -116,6 +118,17 @@ class Worker:
             if time.monotonic() - idle_since >= self.idle_timeout_s:
                 self.exit_reason = f"idle for {self.idle_timeout_s:.0f} s"
                 return
+            if time.monotonic() - last_health >= self.launch.lock_heartbeat_s:
+                last_health = time.monotonic()
+                health = coordinator_health(self.run_dir, self.launch.lock_stale_s)
+                dead_since = (dead_since or time.monotonic()) if health.state == "dead" else None
+                # The coordinator that was alive while this worker ran crashed or was killed: free
+                # the allocation now, not after idle_timeout_s. A death older than this worker may
+                # be an earlier incarnation that a relaunch is taking over: give it lock_stale_s.
+                if dead_since is not None and ((health.last_seen or 0.0) >= self._started_at
+                                               or time.monotonic() - dead_since >= self.launch.lock_stale_s):
+                    self.exit_reason = f"no live coordinator ({health.detail})"
+                    return
             self.spool.reclaim_expired(self.watch, by=self.worker_id)
             if time.monotonic() - last_sweep > SWEEP_EVERY_S:
                 self.spool.sweep_tmp()

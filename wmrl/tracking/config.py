@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wmrl.config_checks import ConfigError
+from wmrl.config_checks import ConfigError, check_range
+
+# Stores MLflow's client opens (database URIs may name a driver: postgresql+psycopg2://).
+SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "databricks")
 
 
 @dataclass
@@ -15,6 +18,12 @@ class TrackingConfig:
     experiment: str = "wmrl"
     # Where a new experiment stores artifacts; "" = next to a SQLite database, or the server's default.
     artifact_location: str = ""
+    # Tracking is best-effort for training (wmrl/tracking/run_tracker.py): one request waits at most
+    # request_timeout_s, is retried request_retries times by MLflow, and after a failure the store is
+    # tried again only every retry_every_s; what could not be sent waits in RUN_DIR/tracking/.
+    request_timeout_s: int = 5
+    request_retries: int = 0
+    retry_every_s: float = 60.0
 
     def absolute(self) -> TrackingConfig:
         """The same config with a relative ``sqlite:///`` path made absolute (for jobs whose cwd differs)."""
@@ -26,9 +35,14 @@ class TrackingConfig:
         return self
 
     def validate(self, prefix: str = "tracking") -> None:
-        if self.enabled and "://" not in self.uri and not self.uri.startswith("file:"):
+        scheme = self.uri.split(":", 1)[0].split("+", 1)[0] if ":" in self.uri else ""
+        if self.enabled and scheme not in SCHEMES:
             raise ConfigError(
-                f"{prefix}.uri={self.uri!r} is not a tracking URI; use e.g. sqlite:///mlflow.db or http://host:5000"
+                f"{prefix}.uri={self.uri!r} is not a tracking URI MLflow can open (scheme {scheme or '(none)'!r}); "
+                f"use one of {', '.join(SCHEMES)}, e.g. sqlite:///mlflow.db or http://host:5000"
             )
+        check_range(f"{prefix}.request_timeout_s", self.request_timeout_s, 1)
+        check_range(f"{prefix}.request_retries", self.request_retries, 0)
+        check_range(f"{prefix}.retry_every_s", self.retry_every_s, 0.0)
         if self.enabled and not self.experiment:
             raise ConfigError(f"{prefix}.experiment must be a non-empty name")

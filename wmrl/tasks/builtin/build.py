@@ -23,6 +23,7 @@ from tqdm import tqdm
 from wmrl.grading.leaderboard import BUILTIN_TIE_TOLERANCE, Leaderboard
 from wmrl.grading.metrics import MAXIMIZE, get_metric
 from wmrl.grading.validate import answers_matrix, validate_submission
+from wmrl.io import share_with_group
 from wmrl.tasks.builtin.refcode import make_code
 from wmrl.tasks.builtin.spec import TaskData
 
@@ -244,12 +245,14 @@ def _write_index(root: Path, metas: list[dict]) -> None:
     atomic_write_text(root / POOL_INDEX, json.dumps(pool, indent=1, sort_keys=True) + "\n")
 
 
-def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = True) -> list[dict]:
+def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = True,
+               group: str = "") -> list[dict]:
     """Build the pool (or the families / task ids in ``only``) into ``root``.
 
     Tasks are built in a sibling temp directory, then each one replaces only its own task directory
     (one marked as built by wmrl); everything else in ``root`` (a user's notes, an MLE-Dojo copy, the
     tasks not in ``only``) is left alone. A non-empty directory that is not a wmrl pool is refused.
+    ``group``: the Unix group that shares the pool (:func:`wmrl.io.share_with_group`).
     """
     root = Path(root)
     registry = family_registry()
@@ -268,6 +271,8 @@ def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = T
                                sort_keys=True) + "\n", encoding="utf-8")
         check_root(root, [m["task_id"] for m in metas])  # another process may have written meanwhile
         root.mkdir(parents=True, exist_ok=True)
+        if group:
+            share_with_group(root, group)
         for meta in metas:
             _replace_task(staging / meta["task_id"], root / meta["task_id"])
         _write_index(root, metas)
