@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import sys
 import tempfile
@@ -103,6 +104,17 @@ def run_world_model(env: WorldModelEnvironment, variants, outcomes, batch: int) 
     }
 
 
+def _no_nan(obj):
+    """JSON has no NaN: an undefined statistic (e.g. a correlation with a constant r_hat) becomes null."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_no_nan(v) for v in obj]
+    return obj
+
+
 def table(report: dict) -> str:
     pc = report["precheck"]
     lines = [
@@ -134,6 +146,7 @@ def main() -> int:
     parser.add_argument("--config", default=None)
     parser.add_argument("--limit", type=int, default=0, help="score at most this many held-out variants")
     parser.add_argument("--batch", type=int, default=8, help="submissions per world-model batch")
+    parser.add_argument("--note", default="", help="a line for the report (e.g. which model this is)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     cfg = load_config(args.config, args.overrides)
@@ -156,7 +169,7 @@ def main() -> int:
     cases = {t.task_id: TaskCase.from_task(t) for t in tasks}
     report = {"model": args.model, "checks": list(wm.checks), "prompt_style": wm.prompt_style,
               "max_overview_chars": wm.max_overview_chars, "host": f"{platform.node()} ({platform.processor()})",
-              "command": " ".join(["python", *sys.argv]),
+              "command": " ".join(["python", *sys.argv]), "note": args.note,
               "precheck": precheck_quality(variants, outcomes, cases, runtime), "runs": {}}
     held = [v for v in variants if v.heldout]
     if args.limit:
@@ -169,7 +182,7 @@ def main() -> int:
         report["runs"][name] = run_world_model(env, held, outcomes, args.batch)
         print(name, json.dumps({k: v for k, v in report["runs"][name].items() if k != "problems"})[:600], flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(OUT / "eval.json", report)
+    atomic_write_json(OUT / "eval.json", _no_nan(report))
     atomic_write_text(OUT / "eval.md", table(report))
     print(table(report))
     return 0
