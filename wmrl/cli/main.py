@@ -21,6 +21,8 @@ from wmrl.config import ConfigError
 # (module under wmrl.cli, help) in the order `wmrl --help` lists them.
 SUBCOMMANDS: tuple[str, ...] = (
     "simulate",
+    "sweep",
+    "compare",
     "tasks",
     "exec_cmd",
     "launch",

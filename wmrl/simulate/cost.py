@@ -23,15 +23,19 @@ class CostMeter:
         self.trajectories += trajectories
         self.updates += updates
 
+    def phase_seconds(self) -> dict[str, float]:
+        """GPU-seconds per phase (the phases ``wmrl compare`` reports; weight sync is not modelled)."""
+        c = self.cfg
+        return {
+            "generation": self.trajectories * c.gen_seconds,
+            "world_model": self.wm_calls * c.wm_call_seconds,
+            "learner": self.updates * c.update_seconds,
+            "execution": self.executions * c.exec_seconds,
+        }
+
     @property
     def seconds(self) -> float:
-        c = self.cfg
-        return (
-            self.executions * c.exec_seconds
-            + self.wm_calls * c.wm_call_seconds
-            + self.trajectories * c.gen_seconds
-            + self.updates * c.update_seconds
-        )
+        return sum(self.phase_seconds().values())
 
     @property
     def gpu_hours(self) -> float:

@@ -24,6 +24,9 @@ class TrackingConfig:
     request_timeout_s: int = 5
     request_retries: int = 0
     retry_every_s: float = 60.0
+    # MLflow run id of a parent run ("" = none): set by `wmrl sweep`, so each run of a sweep shows
+    # under the sweep's parent run (tag mlflow.parentRunId).
+    parent_run_id: str = ""
 
     def absolute(self) -> TrackingConfig:
         """The same config with a relative ``sqlite:///`` path made absolute (for jobs whose cwd differs)."""

@@ -31,6 +31,22 @@ def _artifact_root(cfg: TrackingConfig) -> str | None:
     return None  # a tracking server decides
 
 
+def experiment_id(client: Any, cfg: TrackingConfig) -> str:
+    """The experiment's id, created if missing. Many runs starting at once (a sweep's coordinators)
+    race to create it: the losers get RESOURCE_ALREADY_EXISTS and read the winner's."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(cfg.experiment)
+    if experiment is not None:
+        return str(experiment.experiment_id)
+    try:
+        return str(client.create_experiment(cfg.experiment, artifact_location=_artifact_root(cfg)))
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return str(client.get_experiment_by_name(cfg.experiment).experiment_id)
+
+
 class Tracker:
     def __init__(
         self,
@@ -44,6 +60,8 @@ class Tracker:
         self.run_name = run_name
         self._params = dict(params or {})
         self._tags = {k: str(v) for k, v in (tags or {}).items()}
+        if cfg.parent_run_id:
+            self._tags.setdefault("mlflow.parentRunId", cfg.parent_run_id)
         self._resume_run_id = resume_run_id
         self._client: Any = None
         self.run_id: str | None = None
@@ -60,13 +78,7 @@ class Tracker:
             self.run_id = self._resume_run_id
             self._client.update_run(self.run_id, status="RUNNING")
             return self
-        experiment = self._client.get_experiment_by_name(self.cfg.experiment)
-        experiment_id = (
-            experiment.experiment_id
-            if experiment is not None
-            else self._client.create_experiment(self.cfg.experiment, artifact_location=_artifact_root(self.cfg))
-        )
-        run = self._client.create_run(experiment_id, run_name=self.run_name, tags=self._tags)
+        run = self._client.create_run(experiment_id(self._client, self.cfg), run_name=self.run_name, tags=self._tags)
         self.run_id = run.info.run_id
         params = [Param(k, str(v)[:_MAX_PARAM_CHARS]) for k, v in sorted(self._params.items())]
         for start in range(0, len(params), 100):  # MLflow's batch limit on params

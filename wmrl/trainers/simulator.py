@@ -65,6 +65,7 @@ class RunResult:
     audit: dict[str, Any] | None = None
     wall_seconds: float = 0.0
     cost_source: str = COST_SOURCE
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # GPU-seconds per phase (CostMeter)
 
 
 def _audit_summary(report: Any) -> dict[str, Any]:
@@ -157,6 +158,7 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
 
     result.final_score = bench.score(policy.probs())
     result.executions, result.wm_calls, result.gpu_hours = meter.executions, meter.wm_calls, meter.gpu_hours
+    result.phase_seconds = meter.phase_seconds()
     if calibrator is not None:
         if last_audit is not None:
             result.audit = {**_audit_summary(last_audit), "warned_during_run": warned}

@@ -1,0 +1,61 @@
+"""`wmrl compare`: means over seeds, speedup against grpo_real, the cheapest setting near the best."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wmrl.sweep.compare import compare, markdown
+from wmrl.sweep.records import RunRecord, read_records, write_records
+
+
+def _rec(variant: str, seed: int, score: float, hours: list[float], curve: list[float], af: float = 0.1,
+         w_max: float = 4.0) -> RunRecord:
+    return RunRecord(name=f"{variant}-{af}-{w_max}-{seed}", variant=variant, seed=seed, anchor_frac=af,
+                     w_max=w_max, final_score=score, gpu_hours=hours[-1], curve_hours=hours, curve_score=curve)
+
+
+REF = [_rec("grpo_real", s, 0.4, [10, 20, 30, 40], [0.1, 0.2, 0.3, 0.4]) for s in range(2)]
+
+
+def test_final_score_is_mean_and_standard_error_over_seeds():
+    runs = [_rec("wmrl", s, v, [1, 2], [0.1, v]) for s, v in enumerate([0.3, 0.5, 0.4])]
+    setting = compare(runs).settings[0]
+    assert setting.score == pytest.approx(0.4)
+    assert setting.score_se == pytest.approx(0.1 / 3**0.5)  # sample std 0.1 over sqrt(3)
+
+
+def test_speedup_to_target_is_grpo_real_hours_over_the_settings_hours():
+    cheap = [_rec("wmrl", s, 0.4, [2, 4, 6, 8], [0.1, 0.2, 0.3, 0.4]) for s in range(2)]
+    c = compare(REF + cheap)
+    assert c.target == pytest.approx(0.37)  # 0.1 + 90% of grpo_real's gain 0.3
+    wmrl = next(s for s in c.settings if s.variant == "wmrl")
+    assert wmrl.hours_to_target == pytest.approx(7.4)
+    assert wmrl.speedup_to_target == pytest.approx(37 / 7.4)
+
+
+def test_equal_compute_reads_grpo_real_at_the_settings_gpu_hours():
+    cheap = [_rec("wmrl", s, 0.35, [5, 15, 25], [0.1, 0.2, 0.35]) for s in range(2)]
+    wmrl = next(s for s in compare(REF + cheap).settings if s.variant == "wmrl")
+    assert wmrl.ref_score_at_compute == pytest.approx(0.25)  # grpo_real's curve at 25 GPU-hours
+
+
+def test_setting_that_never_reaches_the_target_has_no_speedup():
+    flat = [_rec("pure_wm", s, 0.2, [1, 2], [0.2, 0.2]) for s in range(2)]
+    pure = next(s for s in compare(REF + flat).settings if s.variant == "pure_wm")
+    assert pure.hours_to_target is None and pure.speedup_to_target is None
+
+
+def test_cheapest_setting_within_one_standard_error_of_the_best_is_named():
+    best = [_rec("wmrl", s, v, [100], [v], af=0.4) for s, v in enumerate([0.48, 0.52])]  # 0.50 ± 0.02
+    close = [_rec("wmrl", s, v, [10], [v], af=0.1) for s, v in enumerate([0.48, 0.49])]  # 0.485, within
+    far = [_rec("wmrl", s, v, [1], [v], af=0.05) for s, v in enumerate([0.30, 0.31])]
+    c = compare(best + close + far)
+    assert (c.best.anchor_frac, c.cheapest.anchor_frac) == (0.4, 0.1)
+    assert "Cheapest within one standard error of the best: **wmrl anchor_frac=0.1 w_max=4**" in markdown(c)
+
+
+def test_records_round_trip_through_jsonl(tmp_path: Path):
+    write_records(REF, tmp_path / "records.jsonl")
+    assert read_records(tmp_path / "records.jsonl") == REF

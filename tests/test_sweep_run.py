@@ -1,0 +1,94 @@
+"""`wmrl sweep` on the local executor: runs under one MLflow parent, skip/resume on re-issue."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+from sweep_support import children, popen_cli, run_cli, sweep_argv, write_spec
+
+from wmrl.config import ConfigError
+from wmrl.sweep.runner import prepare
+from wmrl.sweep.spec import load_spec
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _sweep_json(root):
+    return json.loads((root / "sweeps" / "small" / "sweep.json").read_text())
+
+
+def test_spec_expands_grid_times_variants_times_seeds(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    names = [r.name for r in spec.runs]
+    assert len(names) == (4 + 1) * 2
+    assert "wmrl_anchor_frac=0.4_w_max=1_s1" in names and "grpo_real_s0" in names
+
+
+def test_spec_with_unknown_key_names_file_and_key(tmp_path):
+    spec = write_spec(tmp_path, "name: x\ngroups: [{variants: [wmrl]}]\nsedes: [1]\n")
+    with pytest.raises(ConfigError, match=r"spec.yaml: unknown key\(s\) sedes"):
+        load_spec(spec)
+
+
+def test_spec_with_unknown_variant_names_allowed_ones(tmp_path):
+    spec = write_spec(tmp_path, "name: x\ngroups: [{variants: [wmrl, grpo]}]\n")
+    with pytest.raises(ConfigError, match=r"groups\[0\].variants.*grpo_real"):
+        load_spec(spec)
+
+
+def test_bad_grid_key_fails_before_anything_runs(tmp_path):
+    spec = write_spec(tmp_path, "name: bad\nconfig: configs/simulate.yaml\ngroups:\n"
+                                "  - variants: [wmrl]\n    grid: {algorithm.wmax: [1, 2]}\n")
+    done = run_cli(sweep_argv(spec, tmp_path))
+    assert done.returncode == 2
+    assert "unknown config key 'algorithm.wmax'" in done.stderr
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_sweep_logs_every_run_as_child_of_one_parent(tmp_path):
+    done = run_cli(sweep_argv(write_spec(tmp_path), tmp_path, "--max-parallel", "2"))
+    assert done.returncode == 0, done.stderr
+    parent = _sweep_json(tmp_path)["parent_run_id"]
+    kids = children(f"sqlite:///{tmp_path}/mlflow.db", parent)
+    assert len(kids) == 10 and all(len(v) == 1 for v in kids.values())
+    run = kids["wmrl_anchor_frac=0.4_w_max=1_s1"][0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algorithm.anchor_frac"] == "0.4" and run.data.params["algorithm.w_max"] == "1.0"
+    assert "final/score" in run.data.metrics and "sim/score" in run.data.metrics
+
+
+def test_killed_sweep_reissued_skips_finished_runs(tmp_path):
+    spec = write_spec(tmp_path)
+    argv = sweep_argv(spec, tmp_path, "--max-parallel", "1")
+    proc = popen_cli(argv, tmp_path / "first.log")
+    runs = tmp_path / "sweeps" / "small" / "runs"
+    deadline = time.monotonic() + 200
+    while len(list(runs.glob("*/mlflow.json"))) < 3:
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
+    logged = {p.parent.name for p in runs.glob("*/mlflow.json")}
+    assert 3 <= len(logged) < 10
+
+    done = run_cli(argv)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(logged)} already finished" in done.stdout
+    after = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
+    assert len(after) == 10
+    assert all(after[name] == before[name] for name in before)  # computed once, never again
+    kids = children(f"sqlite:///{tmp_path}/mlflow.db", _sweep_json(tmp_path)["parent_run_id"])
+    assert sorted(kids) == sorted(after) and all(len(v) == 1 for v in kids.values())
+
+
+def test_reissued_sweep_with_changed_runs_is_refused(tmp_path):
+    spec_path = write_spec(tmp_path)
+    prepare(load_spec(spec_path), tmp_path, "local", ("tracking.enabled=false",))
+    spec_path.write_text(spec_path.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
+    with pytest.raises(ConfigError, match="holds a different sweep named 'small'"):
+        prepare(load_spec(spec_path), tmp_path, "local", ("tracking.enabled=false",))

@@ -1,0 +1,52 @@
+"""``wmrl sweep SPEC [--executor local|slurm] [--max-parallel K] [key=value ...]``: run a sweep.
+
+Every run of the spec (``sweeps/*.yaml``, see docs/sweeps.md) gets its own run directory under
+``RUNS_ROOT/sweeps/NAME/runs/`` and its own MLflow run, a child of the sweep's parent run. Issuing the
+same command again skips finished runs and resumes the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from wmrl.sweep.runner import EXECUTORS, prepare, run_sweep
+from wmrl.sweep.spec import load_spec
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("sweep", help="run a sweep of runs (grid x seeds) under one MLflow parent run",
+                              description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("spec", metavar="SPEC", help="sweep spec, e.g. sweeps/anchor_frac_wmax.yaml")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="config overrides for every run (runs_root=..., tracking.uri=...)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local", help="local processes or Slurm jobs")
+    p.add_argument("--max-parallel", type=int, default=2, metavar="K",
+                   help="runs at once (local processes, or Slurm jobs queued+running: the throttle)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    prep = prepare(spec, _runs_root(spec, args.overrides), args.executor, tuple(args.overrides))
+    print(f"sweep {spec.name}: {len(spec.runs)} runs in {prep.sweep.root}"
+          + (f"; MLflow parent run {prep.parent_run_id}" if prep.parent_run_id else ""), flush=True)
+    out = run_sweep(prep, args.executor, args.max_parallel)
+    print(f"{len(out.finished)} run(s) finished now, {out.skipped} already finished, {len(out.failed)} failed "
+          f"({out.wall_seconds:.1f} s)")
+    for name, error in out.failed.items():
+        print(f"  failed: {name}: {error}", file=sys.stderr)
+    if out.failed:
+        print(f"re-issue the same command to retry them: wmrl sweep {args.spec} ...", file=sys.stderr)
+        return 1
+    print(f"compare: wmrl compare {prep.sweep.root}")
+    return 0
+
+
+def _runs_root(spec: Any, overrides: list[str]) -> str:
+    """``runs_root`` as the runs' config resolves it (the spec's config and overrides, then these)."""
+    from wmrl.config import load_config
+
+    first = spec.runs[0]
+    return load_config(spec.config, [*first.overrides, *overrides]).runs_root

@@ -1,0 +1,192 @@
+"""``wmrl compare``: one row per setting (variant, anchor_frac, w_max), aggregated over seeds.
+
+Columns: final score (mean ± standard error over seeds), GPU-hours (mean; what they sum is in
+docs/sweeps.md), the speedup against ``grpo_real`` measured two ways (GPU-hours to reach the target
+score, and ``grpo_real``'s score at this setting's compute), and calibration health at the end (η̂², ρ,
+how many seeds' Assumption-6 audits warned). The cheapest setting whose mean score is within one
+standard error of the best mean is named below the table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wmrl.simulate.report import mean_se
+from wmrl.sweep.records import RunRecord
+
+REFERENCE = "grpo_real"
+TARGET_FRACTION = 0.9  # default target: grpo_real's first logged score + 90% of its gain by the end
+
+
+@dataclass
+class Setting:
+    variant: str
+    anchor_frac: float
+    w_max: float
+    runs: list[RunRecord]
+    score: float = math.nan
+    score_se: float = math.nan
+    gpu_hours: float = math.nan
+    phase_hours: dict[str, float] = field(default_factory=dict)
+    curve_hours: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    curve_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    hours_to_target: float | None = None
+    speedup_to_target: float | None = None
+    ref_score_at_compute: float | None = None
+    eta2: float | None = None
+    rho: float | None = None
+    audits: str = "-"
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant} anchor_frac={self.anchor_frac:g} w_max={self.w_max:g}"
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    m, _ = mean_se([v for v in values if v is not None])  # type: ignore[misc]
+    return None if math.isnan(m) else m
+
+
+def first_crossing(hours: np.ndarray, score: np.ndarray, target: float) -> float | None:
+    """GPU-hours at which a mean curve first reaches ``target`` (linear between logged points)."""
+    above = np.nonzero(score >= target)[0]
+    if len(above) == 0:
+        return None
+    i = int(above[0])
+    if i == 0:
+        return float(hours[0])
+    h0, h1, s0, s1 = hours[i - 1], hours[i], score[i - 1], score[i]
+    return float(h0 + (h1 - h0) * (target - s0) / (s1 - s0))
+
+
+def score_at(hours: np.ndarray, score: np.ndarray, budget: float) -> float:
+    """A mean curve's score after ``budget`` GPU-hours (its final score beyond its last point)."""
+    if budget >= hours[-1]:
+        return float(score[-1])
+    return float(np.interp(budget, hours, score))
+
+
+def _settings(records: list[RunRecord]) -> list[Setting]:
+    groups: dict[tuple[str, float, float], list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault(r.setting, []).append(r)
+    out = []
+    for (variant, af, wm), runs in groups.items():
+        s = Setting(variant, af, wm, sorted(runs, key=lambda r: r.seed))
+        s.score, s.score_se = mean_se([r.final_score for r in runs])
+        s.gpu_hours = mean_se([r.gpu_hours for r in runs])[0]
+        phases = sorted({p for r in runs for p in r.phase_hours})
+        s.phase_hours = {p: mean_se([r.phase_hours.get(p, 0.0) for r in runs])[0] for p in phases}
+        n = min(len(r.curve_score) for r in runs)
+        if n:  # seeds log at the same steps; the mean curve is taken point by point
+            s.curve_hours = np.mean([r.curve_hours[:n] for r in runs], axis=0)
+            s.curve_score = np.mean([r.curve_score[:n] for r in runs], axis=0)
+        s.eta2 = _mean_or_none([r.eta2 for r in runs])
+        s.rho = _mean_or_none([r.rho for r in runs])
+        audited = [r for r in runs if r.audit_warned is not None]
+        s.audits = f"{sum(bool(r.audit_warned) for r in audited)}/{len(audited)}" if audited else "-"
+        out.append(s)
+    order = {"grpo_real": 0, "grpo_anchor_only": 1, "pure_wm": 2, "mixture": 3, "debias_only": 4,
+             "denoise_only": 5, "wmrl": 6}
+    return sorted(out, key=lambda s: (order.get(s.variant, 99), s.variant, s.anchor_frac, s.w_max))
+
+
+def default_target(ref: Setting) -> float:
+    start, end = float(ref.curve_score[0]), float(ref.curve_score[-1])
+    return start + TARGET_FRACTION * (end - start)
+
+
+@dataclass
+class Comparison:
+    settings: list[Setting]
+    target: float | None
+    reference: Setting | None
+    cheapest: Setting | None
+    best: Setting | None
+
+
+def compare(records: list[RunRecord], target: float | None = None) -> Comparison:
+    if not records:
+        raise ValueError("no finished runs to compare")
+    settings = _settings(records)
+    refs = [s for s in settings if s.variant == REFERENCE and len(s.curve_score)]
+    ref = refs[0] if len(refs) == 1 else None
+    if target is None and ref is not None:
+        target = default_target(ref)
+    ref_hours = first_crossing(ref.curve_hours, ref.curve_score, target) if ref and target is not None else None
+    for s in settings:
+        if not len(s.curve_score):
+            continue
+        if target is not None:
+            s.hours_to_target = first_crossing(s.curve_hours, s.curve_score, target)
+            if s.hours_to_target and ref_hours:
+                s.speedup_to_target = ref_hours / s.hours_to_target
+        if ref is not None:
+            s.ref_score_at_compute = score_at(ref.curve_hours, ref.curve_score, s.gpu_hours)
+    scored = [s for s in settings if math.isfinite(s.score)]
+    best = max(scored, key=lambda s: s.score) if scored else None
+    cheapest = None
+    if best is not None:
+        close = [s for s in scored if s.score >= best.score - best.score_se]
+        cheapest = min(close, key=lambda s: s.gpu_hours)
+    return Comparison(settings, target, ref, cheapest, best)
+
+
+# --------------------------------------------------------------------------- table
+
+COLUMNS = (
+    "variant", "anchor_frac", "w_max", "seeds", "final score", "GPU-hours", "GPU-h to target",
+    "speedup to target", "grpo_real at equal GPU-h", "eta2 (end)", "rho (end)", "audit warned",
+)
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def rows(c: Comparison) -> list[list[str]]:
+    out = []
+    for s in c.settings:
+        out.append([
+            s.variant, f"{s.anchor_frac:g}", f"{s.w_max:g}", str(len(s.runs)),
+            f"{s.score:.4f} ± {s.score_se:.4f}", _f(s.gpu_hours, ".1f"), _f(s.hours_to_target, ".1f"),
+            (_f(s.speedup_to_target, ".2f") + "x") if s.speedup_to_target else "-",
+            _f(s.ref_score_at_compute, ".4f"), _f(s.eta2, ".3f"), _f(s.rho, ".2f"), s.audits,
+        ])
+    return out
+
+
+def markdown(c: Comparison) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(c)]
+    lines.append("")
+    if c.target is not None:
+        lines.append(f"Target score {c.target:.4f}" + (
+            f" ({REFERENCE}'s first logged score + {TARGET_FRACTION:.0%} of its gain)" if c.reference else ""
+        ) + "; speedup = grpo_real's GPU-hours to the target / the setting's.")
+    if c.best is not None and c.cheapest is not None:
+        lines.append(f"Best mean score: {c.best.label} ({c.best.score:.4f} ± {c.best.score_se:.4f}).")
+        lines.append(f"Cheapest within one standard error of the best: **{c.cheapest.label}** "
+                     f"({c.cheapest.score:.4f} ± {c.cheapest.score_se:.4f}, {c.cheapest.gpu_hours:.1f} GPU-hours).")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(c: Comparison) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    phases = sorted({p for s in c.settings for p in s.phase_hours})
+    writer.writerow(["variant", "anchor_frac", "w_max", "seeds", "final_score", "final_score_se", "gpu_hours",
+                     *(f"gpu_hours_{p}" for p in phases), "gpu_hours_to_target", "speedup_to_target",
+                     "grpo_real_score_at_equal_gpu_hours", "eta2_end", "rho_end", "audit_warned"])
+    for s in c.settings:
+        values: list[Any] = [s.variant, s.anchor_frac, s.w_max, len(s.runs), s.score, s.score_se, s.gpu_hours,
+                             *(s.phase_hours.get(p, 0.0) for p in phases), s.hours_to_target,
+                             s.speedup_to_target, s.ref_score_at_compute, s.eta2, s.rho, s.audits]
+        writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in values])
+    return buf.getvalue()

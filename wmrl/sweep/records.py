@@ -1,0 +1,150 @@
+"""What ``wmrl compare`` reads about one run, from wherever it is: a sweep directory, a saved
+``records.jsonl``, or MLflow (a parent run's children, run ids, or a search filter)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wmrl.io import atomic_write_text, read_json
+
+RECORDS = "records.jsonl"
+# The score and cost curves: (score metric, GPU-hours metric) as `wmrl simulate` / a sweep logs them.
+SCORE_METRIC = "sim/score"
+COST_METRIC = "sim/gpu_hours"
+
+
+@dataclass
+class RunRecord:
+    name: str
+    variant: str
+    seed: int
+    anchor_frac: float
+    w_max: float
+    final_score: float
+    gpu_hours: float
+    eta2: float | None = None
+    rho: float | None = None
+    audit_warned: bool | None = None  # None: no audit (a variant without calibration)
+    phase_hours: dict[str, float] = field(default_factory=dict)
+    curve_hours: list[float] = field(default_factory=list)
+    curve_score: list[float] = field(default_factory=list)
+    run_id: str | None = None
+
+    @property
+    def setting(self) -> tuple[str, float, float]:
+        return (self.variant, self.anchor_frac, self.w_max)
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# --------------------------------------------------------------------------- sweep directory
+
+
+def from_sweep_dir(root: Path) -> list[RunRecord]:
+    """Every computed run under ``root/runs`` (a run without ``result.json`` is not finished)."""
+    import yaml
+
+    from wmrl.trainers.simulator import _audit_warned
+    from wmrl.sweep.state import MLFLOW_DONE, RESULT
+
+    records = []
+    for run in sorted((root / "runs").iterdir()):
+        if not (run / RESULT).exists():
+            continue
+        alg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))["algorithm"]  # written resolved
+        res = read_json(run / RESULT)
+        hist = res["history"]
+        done = run / MLFLOW_DONE
+        records.append(RunRecord(
+            name=run.name, variant=alg["variant"], seed=int(alg["seed"]),
+            anchor_frac=float(alg["anchor_frac"]), w_max=float(alg["w_max"]),
+            final_score=res["final_score"], gpu_hours=res["gpu_hours"],
+            eta2=_num((hist.get("eta2") or [None])[-1]), rho=_num((hist.get("rho") or [None])[-1]),
+            audit_warned=_audit_warned(res["audit"]) if res.get("audit") else None,
+            phase_hours={k: v / 3600.0 for k, v in (res.get("phase_seconds") or {}).items()},
+            curve_hours=list(hist["gpu_hours"]), curve_score=list(hist["score"]),
+            run_id=read_json(done)["run_id"] if done.exists() else None,
+        ))
+    return records
+
+
+# --------------------------------------------------------------------------- records.jsonl
+
+
+def write_records(records: list[RunRecord], path: Path) -> None:
+    atomic_write_text(path, "".join(json.dumps(dataclasses.asdict(r), sort_keys=True) + "\n" for r in records))
+
+
+def read_records(path: Path) -> list[RunRecord]:
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(RunRecord(**json.loads(line)))
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{path}:{i}: not a run record ({err})") from err
+    return out
+
+
+# --------------------------------------------------------------------------- MLflow
+
+
+def from_mlflow(uri: str, *, parent: str | None = None, run_ids: list[str] | None = None,
+                filter_string: str = "", experiment: str | None = None,
+                score_metric: str = SCORE_METRIC, cost_metric: str = COST_METRIC) -> list[RunRecord]:
+    """FINISHED runs: children of ``parent``, the given ids, or those matching ``filter_string``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    if run_ids:
+        runs = [client.get_run(r) for r in run_ids]
+    else:
+        if experiment:
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                raise ValueError(f"no MLflow experiment named {experiment!r} at {uri}")
+            exp_ids = [exp.experiment_id]
+        elif parent:
+            exp_ids = [client.get_run(parent).info.experiment_id]
+        else:
+            exp_ids = [e.experiment_id for e in client.search_experiments()]
+        clauses = [c for c in (filter_string, f"tags.mlflow.parentRunId = '{parent}'" if parent else "") if c]
+        runs = client.search_runs(exp_ids, " and ".join(clauses), max_results=50000)
+    return [_record(client, run, score_metric, cost_metric) for run in runs if run.info.status == "FINISHED"
+            and run.data.tags.get("wmrl.kind") != "sweep"]
+
+
+def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRecord:
+    params, metrics = run.data.params, run.data.metrics
+    missing = [p for p in ("algorithm.variant", "algorithm.seed") if p not in params]
+    if missing:
+        raise ValueError(f"MLflow run {run.info.run_id} has no param(s) {', '.join(missing)}: not a wmrl run")
+
+    def history(key: str) -> list[float]:
+        return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+    score, hours = history(score_metric), history(cost_metric)
+    n = min(len(score), len(hours))
+    warned = metrics.get("final/audit_warned")
+    return RunRecord(
+        name=run.info.run_name or run.info.run_id, variant=params["algorithm.variant"],
+        seed=int(params["algorithm.seed"]), anchor_frac=float(params.get("algorithm.anchor_frac", "nan")),
+        w_max=float(params.get("algorithm.w_max", "nan")),
+        final_score=metrics.get("final/score", score[-1] if score else float("nan")),
+        gpu_hours=metrics.get("final/gpu_hours", hours[-1] if hours else float("nan")),
+        eta2=metrics.get("final/eta2"), rho=metrics.get("final/rho"),
+        audit_warned=None if warned is None else bool(warned),
+        phase_hours={k.removeprefix("cost/").removesuffix("_gpu_hours"): v for k, v in metrics.items()
+                     if k.startswith("cost/") and k.endswith("_gpu_hours")},
+        curve_hours=hours[:n], curve_score=score[:n], run_id=run.info.run_id,
+    )
