@@ -92,3 +92,4 @@ def test_reissued_sweep_with_changed_runs_is_refused(tmp_path):
     spec_path.write_text(spec_path.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
     with pytest.raises(ConfigError, match="holds a different sweep named 'small'"):
         prepare(load_spec(spec_path), tmp_path, "local", ("tracking.enabled=false",))
+

@@ -17,8 +17,8 @@ from sweep_support import REPO, run_cli, sweep_argv, write_spec
 
 from wmrl.tracking import Tracker, TrackingConfig
 
-pytestmark = pytest.mark.timeout(600)
-STEPS = 25
+pytestmark = pytest.mark.timeout(1200)
+STEPS = 10
 KEYS = ("score", "rho", "eta2", "loss")
 
 
@@ -77,7 +77,7 @@ def test_twenty_runs_logging_at_once_lose_no_metric(server: str):
     procs = [ctx.Process(target=_log_one, args=(server, i, queue)) for i in range(20)]
     for p in procs:
         p.start()
-    results = [queue.get(timeout=300) for _ in procs]
+    results = [queue.get(timeout=900) for _ in procs]  # minutes when the 2 cores are shared
     for p in procs:
         p.join()
     assert [r[2] for r in results if r[2]] == []  # no lock error, no error at all
