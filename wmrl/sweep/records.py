@@ -54,8 +54,8 @@ def from_sweep_dir(root: Path) -> list[RunRecord]:
     """Every computed run under ``root/runs`` (a run without ``result.json`` is not finished)."""
     import yaml
 
-    from wmrl.trainers.simulator import _audit_warned
     from wmrl.sweep.state import MLFLOW_DONE, RESULT
+    from wmrl.trainers.simulator import _audit_warned
 
     records = []
     for run in sorted((root / "runs").iterdir()):

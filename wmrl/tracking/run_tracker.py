@@ -26,7 +26,7 @@ from typing import Any, Self
 from wmrl.io import atomic_write_text
 from wmrl.tracking.config import TrackingConfig
 from wmrl.tracking.outbox import Outbox
-from wmrl.tracking.tracker import _MAX_PARAM_CHARS, _artifact_root
+from wmrl.tracking.tracker import _MAX_PARAM_CHARS, experiment_id
 
 log = logging.getLogger(__name__)
 MLFLOW_RUN_ID = "mlflow_run_id"
@@ -86,10 +86,7 @@ class MlflowSink:
     def _create(self, record: dict[str, Any]) -> None:
         from mlflow.entities import Param
 
-        experiment = self.client.get_experiment_by_name(self.cfg.experiment)
-        experiment_id = (experiment.experiment_id if experiment is not None else
-                         self.client.create_experiment(self.cfg.experiment, artifact_location=_artifact_root(self.cfg)))
-        run = self.client.create_run(experiment_id, run_name=record["run_name"], tags=record.get("tags") or {})
+        run = self.client.create_run(experiment_id(self.client, self.cfg), run_name=record["run_name"], tags=record.get("tags") or {})
         atomic_write_text(self.id_path, run.info.run_id + "\n")
         params = [Param(k, str(v)[:_MAX_PARAM_CHARS]) for k, v in sorted(record.get("params", {}).items())]
         for start in range(0, len(params), 100):  # MLflow's batch limit on params
@@ -132,6 +129,8 @@ class RunTracker:
         self.cfg, self.run_path, self.run_name = cfg, Path(run_path), run_name
         self._params = dict(params or {})
         self._tags = {k: str(v) for k, v in (tags or {}).items()}
+        if cfg.parent_run_id:  # a run of a sweep (wmrl sweep): shown under the sweep's parent run
+            self._tags.setdefault("mlflow.parentRunId", cfg.parent_run_id)
         self.outbox = Outbox(self.run_path)
         self._sink: MlflowSink | None = None
         self._failing_since: float | None = None
