@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# One full WMRL step on a GPU node (issue 10, "Must show", last bullet), from the repository root:
-# a random-init Qwen3.5-architecture model of ~0.6B parameters, vLLM generation with CUDA-IPC weight
-# sync, the world model as a second vLLM engine, the DeepSpeed learner (bf16, ZeRO-2) and anchor
-# executions in local workers. Prints the step-time breakdown and writes
-# results/gpu_smoke_step/breakdown.json. Installs what scripts/gpu_smoke.sh installs (the `gpu` extra:
-# vLLM with its CUDA torch) and nothing else; the model and the task pool are built here.
-#   bash scripts/gpu_smoke_step.sh [--tasks-root DIR] [--out DIR]
+# The GPU smoke test, extended to one full WMRL step (issue 10, "Must show", last bullet). Run on a
+# GPU node from the repository root. First scripts/gpu_smoke.sh: it installs the `gpu` extra (vLLM with
+# its CUDA torch) unless vLLM is importable, and measures vLLM generation and one weight update. Then
+# one step of the LLM trainer on a random-init ~0.6B Qwen3.5-architecture model: vLLM generation with
+# CUDA-IPC weight sync, the world model as a second vLLM engine, the DeepSpeed learner (bf16, ZeRO-2),
+# anchor executions in local workers. Prints the step-time breakdown and writes OUT/breakdown.json.
+# Nothing else is installed; the model and the task pool are built here, never downloaded.
+#   bash scripts/gpu_smoke_step.sh [--tasks-root DIR] [--out results/gpu_smoke_step]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-if ! "$PYTHON" -c "import vllm" 2>/dev/null; then
-    "$PYTHON" -m pip install -q -e '.[gpu]'
-fi
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-exec "$PYTHON" scripts/gpu_smoke_step.py "$@"
+bash scripts/gpu_smoke.sh --out results/gpu_smoke.json
+exec "${PYTHON:-python3}" scripts/gpu_smoke_step.py "$@"
