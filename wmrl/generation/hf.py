@@ -109,7 +109,8 @@ class TransformersGenerator:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         generators = [torch.Generator().manual_seed(s) for s in seeds]
         warpers = self._warpers(params) if params.temperature > 0 else None
-        cache = DynamicCache()
+        # The config gives hybrid models (Qwen3.5: Gated-DeltaNet + attention layers) their per-layer caches.
+        cache = DynamicCache(config=self.model.config)
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                             logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1, :]
         rows = len(prompts)
