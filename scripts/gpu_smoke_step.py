@@ -120,8 +120,10 @@ def run_config(model_dir: Path, runs_root: Path, dry_run: bool) -> dict[str, Any
 
 def breakdown(run_dir: Path) -> dict[str, Any]:
     """The step-time breakdown of the run's first step, from ``metrics.jsonl``."""
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    m = json.loads(lines[0])
+    from wmrl.orchestration.metrics_log import METRICS, read_rows
+
+    rows = read_rows(run_dir / METRICS)
+    m = rows[min(rows)]
     phases = {"generation": m.get("step_seconds_generation"), "world_model": m.get("step_seconds_world_model"),
               "execution": m.get("step_seconds_execution"), "learner": m.get("step_seconds_update"),
               "weight_sync": m.get("seconds_weight_sync"), "io": m.get("seconds_io")}

@@ -161,3 +161,15 @@ def test_transformers_generator_samples_from_a_qwen35_hybrid_model(tmp_path):
     out = gen.generate([[5, 6, 7], [8, 9]], SamplingParams(1.0, 1.0, 6, 0))
     assert [len(g.token_ids) == len(g.logprobs) > 0 for g in out] == [True, True]
     assert all(len(g.token_ids) <= 6 for g in out)
+
+
+def test_gpu_smoke_breakdown_reads_the_first_step_phases_from_metrics_jsonl(tmp_path):
+    smoke = _smoke_script()
+    rows = [{"step": 1, "step_seconds_generation": 9.0, "step_seconds_update": 3.0, "seconds_weight_sync": 0.5,
+             "learner/peak_memory_mb": 1234.0},
+            {"step": 2, "step_seconds_generation": 99.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = smoke.breakdown(tmp_path)
+    assert out["seconds"]["generation"] == 9.0 and out["seconds"]["learner"] == 3.0
+    assert out["seconds"]["weight_sync"] == 0.5 and out["seconds"]["execution"] is None
+    assert out["learner/peak_memory_mb"] == 1234.0
