@@ -29,5 +29,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     meta = read_meta(checkpoint)
     print(f"exported step {meta['step']} ({checkpoint}) to {out}")
+    if not any((out / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        print(f"note: the initial model {meta['reference_model']} had no tokenizer files; copy them into {out}",
+              file=sys.stderr)
     print(f"load it with: AutoModelForCausalLM.from_pretrained({str(out)!r}) or vllm serve {out}")
     return 0
