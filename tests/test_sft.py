@@ -153,3 +153,15 @@ def test_epochs_per_kind_limits_the_passes_over_that_kind(base, examples):
     passes = {kind: sum(1 for rows in engine.plan_steps(mixed, cfg) for row in rows for i in row.members
                         if mixed[i].kind == kind) for kind in ("agent", "world_model")}
     assert passes == {"agent": 3 * len(examples), "world_model": len(judge)}
+
+
+def test_cli_sft_names_a_base_that_is_not_a_model_directory(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "wmrl.cli.main", "sft", "--base", str(tmp_path / "nope")],
+                          check=False, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "HOME": str(tmp_path)})
+    assert done.returncode == 2
+    assert "is not a local directory" in done.stderr and str(tmp_path / "nope") in done.stderr
