@@ -31,6 +31,7 @@ from wmrl.simulate.config import SimulatorConfig
 from wmrl.tasks.config import TasksConfig
 from wmrl.tracking.config import TrackingConfig
 from wmrl.trainers import TRAINERS
+from wmrl.trainers.config import TrainConfig
 from wmrl.world_model.config import WorldModelConfig
 
 VARIANTS: tuple[str, ...] = (
@@ -101,7 +102,7 @@ class AlgorithmConfig:
 
 SECTIONS = (
     "algorithm", "simulator", "tasks", "sandbox", "launch", "tracking", "agent", "world_model",
-    "model", "sampling", "generation", "sft", "learner",
+    "model", "sampling", "generation", "sft", "learner", "train",
 )
 
 
@@ -125,6 +126,7 @@ class WMRLConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> None:
         if not self.run_name or "/" in self.run_name:

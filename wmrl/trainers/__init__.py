@@ -16,6 +16,8 @@ TRAINERS: dict[str, str] = {
     "anchored_sim": "wmrl.trainers.anchored:make_trainer",
     # the same over tiny scripts that print their known score (plumbing tests, launch.work=python_work)
     "dry": "wmrl.trainers.anchored:make_dry_trainer",
+    # the LLM research agent trained with WMRL (wmrl train)
+    "llm": "wmrl.trainers.llm:make_trainer",
 }
 
 

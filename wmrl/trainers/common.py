@@ -1,0 +1,101 @@
+"""What every coordinator-driven trainer keeps besides its step: measured totals, progress, plots."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl.calibration.calibrator import Calibrator, read_audit
+from wmrl.step import PHASES, StepResult
+
+
+@dataclass
+class RunTotals:
+    """Measured totals of a run: executions, world-model calls, seconds and tokens per phase.
+
+    ``seconds`` holds the step's phases (generation, world_model, execution, update) plus whatever the
+    trainer measures around the step (weight_sync, io). ``compute_hours`` sums them: on a cluster where
+    each phase holds its accelerator, these are its GPU-hours (the anchor workers' time included).
+    """
+
+    executions: int = 0
+    failed_executions: int = 0
+    wm_calls: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES})
+    tokens: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PHASES})
+
+    def charge(self, done: StepResult, extra_seconds: Mapping[str, float] | None = None) -> None:
+        for phase, value in {**done.seconds, **(extra_seconds or {})}.items():
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + float(value)
+        for phase, value in done.tokens.items():
+            self.tokens[phase] = self.tokens.get(phase, 0) + int(value)
+        self.executions += done.executions
+        self.failed_executions += done.failed_executions
+        self.wm_calls += done.wm_calls
+
+    @property
+    def compute_hours(self) -> float:
+        return sum(self.seconds.values()) / 3600.0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "executions": float(self.executions), "failed_executions": float(self.failed_executions),
+            "wm_calls": float(self.wm_calls), "compute_hours": self.compute_hours,
+            **{f"seconds_{p}": v for p, v in self.seconds.items()},
+            **{f"tokens_{p}": float(v) for p, v in self.tokens.items()},
+        }
+
+    def progress(self) -> dict[str, Any]:
+        return {"executions": self.executions, "failed_executions": self.failed_executions,
+                "compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"executions": self.executions, "failed_executions": self.failed_executions,
+                "wm_calls": self.wm_calls, "seconds": dict(self.seconds), "tokens": dict(self.tokens)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunTotals:
+        return cls(int(data["executions"]), int(data["failed_executions"]), int(data["wm_calls"]),
+                   dict(data["seconds"]), dict(data["tokens"]))
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and np.isfinite(value) else None
+
+
+def calibration_progress(calibrator: Calibrator | None, cal_dir: Path) -> dict[str, Any]:
+    """rho, pairs, refits, eta2 and the latest Assumption-6 audit, for ``progress.json`` / ``wmrl status``."""
+    snap = calibrator.snapshot() if calibrator is not None else {}
+    audit = read_audit(cal_dir)
+    return {
+        "rho": _finite(snap.get("rho")), "n_pairs": _finite(snap.get("n_pairs")),
+        "n_refits": _finite(snap.get("n_refits")), "eta2": _finite(snap.get("eta2")),
+        "audit_ok": None if audit is None else audit["ok"],
+        "audit_warnings": [] if audit is None else audit["warnings"],
+        "audit_skipped": [] if audit is None else audit["skipped"],
+    }
+
+
+def write_run_plots(cfg: Any, calibrator: Calibrator | None, directory: Path, metrics: list[dict[str, Any]],
+                    score_curves: Mapping[str, str]) -> list[Path]:
+    """calibration.png (anchor pairs and f_hat) and curves.png (the trainer's score curves, rho, eta2)."""
+    from wmrl.tracking.plots import plot_calibration, plot_curves
+
+    written = []
+    if calibrator is not None and len(calibrator.pool):
+        grid = np.linspace(0.0, 1.0, 101)
+        predicted, true = calibrator.pool.arrays()
+        plot_calibration(predicted, true, grid, calibrator.calibrate(grid), directory / "calibration.png",
+                         title=f"{cfg.run_name}: f_hat over {len(predicted)} anchor pairs")
+        written.append(directory / "calibration.png")
+    if metrics:
+        curves = {label: [m.get(key) for m in metrics] for label, key in score_curves.items()}
+        curves.update({"rho": [m.get("rho") for m in metrics], "eta2": [m.get("eta2") for m in metrics]})
+        plot_curves([m["step"] for m in metrics], curves, directory / "curves.png",
+                    hlines={"rho": ("w_max", cfg.algorithm.w_max)}, title=cfg.run_name)
+        written.append(directory / "curves.png")
+    return written
