@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "compare",
     "tasks",
     "exec_cmd",
+    "train",
     "launch",
     "worker",
     "status",

@@ -1,0 +1,55 @@
+"""``wmrl train [CONFIG] [key=value ...]``: train an LLM research agent with WMRL.
+
+Without CONFIG it trains the embedded default (``wmrl/configs/tiny.yaml``: a tiny agent on the CPU,
+the built-in task pool, local workers, a local MLflow store); with one, e.g.
+``configs/qwen3.5-4b.yaml model.path=/shared/models/Qwen3.5-4B``, it runs that (``launch.executor=slurm``
+submits the coordinator and the anchor workers). The initial policy is ``model.path``, or, when empty,
+the tiny default built and warm-started here first (``wmrl model init`` + ``wmrl sft``, both cached, with
+progress). Everything else is ``wmrl launch``: the run directory, resume of an existing run with the same
+config, ``--wait``, ``--resume``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from wmrl.cli.args import IntermixedParser, split_config_args
+from wmrl.config import ConfigError, load_config
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny.yaml"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train an LLM research agent with WMRL (default: the tiny CPU agent)",
+        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.__class__ = IntermixedParser  # options and key=value overrides in any order
+    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
+                        help=f"YAML config (default {DEFAULT_CONFIG.name}, packaged with wmrl), then overrides")
+    parser.add_argument("--wait", action="store_true", help="slurm: block until the run has ended")
+    parser.add_argument("--every", type=float, default=15.0, metavar="S", help="status interval of --wait")
+    parser.add_argument("--resume", action="store_true", help="continue a cancelled run from its checkpoint")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from wmrl.cli import launch
+
+    config, overrides = split_config_args(args.args)
+    config = config or str(DEFAULT_CONFIG)
+    cfg = load_config(config, overrides)
+    if cfg.trainer != "llm":
+        raise ConfigError(f"trainer={cfg.trainer!r}: `wmrl train` trains the LLM agent (trainer: llm); "
+                          "run the other trainers with `wmrl launch CONFIG`")
+    if not cfg.model.path:
+        from wmrl.sft.pipeline import initial_policy_path
+
+        print("initial policy: the tiny default (wmrl model init + wmrl sft; cached after the first run)",
+              flush=True)
+        path = initial_policy_path(cfg, progress=sys.stderr.isatty())
+        print(f"initial policy: {path}", flush=True)
+    return launch.run(argparse.Namespace(config=config, overrides=overrides, wait=args.wait,
+                                         every=args.every, resume=args.resume))
