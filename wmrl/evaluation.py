@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.rollout import Environment, Feedback, Policy, Submission, Trajectory
+from wmrl.rollout import Environment, Policy, Trajectory
 
 
 @dataclass
@@ -81,21 +81,6 @@ def aggregate(tasks: Sequence[TaskScore], k: int, valid: Sequence[bool] = (), se
     )
 
 
-class KeyPrefixed:
-    """An environment whose submission keys get a prefix, so evaluation requests never collide with
-    the training step's request ids in the run's execution spool."""
-
-    def __init__(self, env: Environment, prefix: str) -> None:
-        self.env, self.prefix, self.role = env, prefix, env.role
-
-    def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
-        renamed = [Submission(f"{self.prefix}{s.key}", s.task_id, s.code) for s in submissions]
-        out = self.env.evaluate(renamed)
-        for fb, s in zip(out, submissions):
-            fb.key = s.key
-        return out
-
-
 def kept_valid(traj: Trajectory) -> bool:
     """The trajectory's kept submission was valid (executed and accepted by the grader)."""
     if traj.kept_turn is None or traj.kept_turn >= len(traj.turns):
@@ -110,16 +95,17 @@ def evaluate(
     tasks: Sequence[tuple[str, str]],
     k: int,
     rng: np.random.Generator,
-    label: str = "eval",
 ) -> EvalReport:
-    """avg@k of ``policy`` on ``tasks`` = [(task_id, category)], every trajectory really executed by ``env``."""
+    """avg@k of ``policy`` on ``tasks`` = [(task_id, category)], every trajectory really executed by ``env``.
+
+    Give ``env`` a request namespace of its own (e.g. an ExecutedEnvironment with its own run id), so that
+    evaluation requests never collide with a training step's in the run's execution spool."""
     import time
 
     if k < 1:
         raise ValueError(f"k={k}: evaluation needs at least one trajectory per task")
     t0 = time.perf_counter()
-    prefixed = KeyPrefixed(env, f"{label}/")
-    groups = policy.rollout(0, [t for t, _ in tasks], k, [prefixed] * len(tasks), rng)
+    groups = policy.rollout(0, [t for t, _ in tasks], k, [env] * len(tasks), rng)
     per_task, valid = [], []
     for (task_id, category), group in zip(tasks, groups):
         scores = [float(t.score) for t in group if t.score is not None and math.isfinite(t.score)]

@@ -90,6 +90,23 @@ def record_event(run: RunDir, event: str, **fields: Any) -> None:
     append_line_durable(run.path / EVENTS, line)
 
 
+# What the terminal progress line shows when a trainer reports it (label -> metric key).
+POSTFIX = {"anchor r": "anchor_true_mean", "r_hat": "wm_r_hat_mean", "f(r_hat)": "wm_calibrated_mean",
+           "rho": "rho", "eta2": "eta2", "pairs": "n_pairs", "exec": "executions", "eval": "eval/train/score",
+           "gen s": "step_seconds_generation", "wm s": "step_seconds_world_model",
+           "exec s": "step_seconds_execution", "learn s": "step_seconds_update"}
+
+
+def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
+    """The step's headline numbers for the tqdm line (step and ETA come from tqdm itself)."""
+    out = {}
+    for label, key in POSTFIX.items():
+        value = metrics.get(key)
+        if isinstance(value, (int, float)):
+            out[label] = f"{value:.0f}" if key in ("executions", "n_pairs") or label.endswith(" s") else f"{value:.3g}"
+    return out
+
+
 class AnchorRunner:
     """The trainer's handle on anchor execution: submit, wait (in slices, supervising the workers
     and the run between them), cancel what did not finish by the deadline."""
@@ -286,7 +303,7 @@ class Coordinator(submitit.helpers.Checkpointable):
                     schedule.last = time.time()
                 self._write_progress(run, trainer, service, started, first_step, "running")
                 bar.update(1)
-                bar.set_postfix(rho=metrics.get("rho"), pairs=metrics.get("n_pairs"))
+                bar.set_postfix(progress_postfix(metrics), refresh=True)
         except RunEnded:
             pass  # cancelled: end at the last finished step, as below
         self._live["finishing"] = True

@@ -30,15 +30,16 @@ from typing import Any
 import numpy as np
 
 from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import STATE_NAME, read_audit
+from wmrl.calibration.calibrator import STATE_NAME
 from wmrl.config import WMRLConfig
 from wmrl.environments.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
 from wmrl.rollout import Submission
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.world_model import SyntheticWorldModel
-from wmrl.step import PHASES, StepResult, calibrator_for, wmrl_step, world_model_scores
+from wmrl.step import StepResult, calibrator_for, wmrl_step, world_model_scores
 from wmrl.tasks.pool import resolve_pool_root
+from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
 from wmrl.trainers.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
 
 COST_SOURCE = "measured"  # seconds recorded by the workers, the world model, the policy and the learner
@@ -108,9 +109,7 @@ class AnchoredSimTrainer:
             return known[(sub.task_id, sub.code)]
 
         self.world_model = SyntheticWorldModelEnv(SyntheticWorldModel(cfg.simulator), truth, self.rng, index)
-        self.totals: dict[str, float] = {"executions": 0, "failed_executions": 0, "wm_calls": 0,
-                                         **{f"seconds_{p}": 0.0 for p in PHASES},
-                                         **{f"tokens_{p}": 0 for p in PHASES}}
+        self.totals = RunTotals()
         self.last_refit_step: int | None = None
         self.cal_dir = run.path / "calibration"
         if not resume:
@@ -126,7 +125,7 @@ class AnchoredSimTrainer:
             world_model_env=self.world_model if world_model_scores(self.variant) else None,
             learner=self.learner, calibrator=self.calibrator, rng=self.rng,
         )
-        self._charge(done)
+        self.totals.charge(done)
         audit = {}
         if done.refitted and self.calibrator is not None:
             self.last_refit_step = self.step
@@ -139,20 +138,6 @@ class AnchoredSimTrainer:
         metrics = self._metrics(done)
         metrics.update({k: (v if math.isfinite(v) else None) for k, v in audit.items()})  # type: ignore[misc]
         return metrics
-
-    def _charge(self, done: StepResult) -> None:
-        """Add the step's measured seconds and tokens (per phase) and counts to the run's totals."""
-        for p in PHASES:
-            self.totals[f"seconds_{p}"] += done.seconds.get(p, 0.0)
-            self.totals[f"tokens_{p}"] += done.tokens.get(p, 0)
-        self.totals["executions"] += done.executions
-        self.totals["failed_executions"] += done.failed_executions
-        self.totals["wm_calls"] += done.wm_calls
-
-    @property
-    def compute_hours(self) -> float:
-        """Measured seconds of every phase, in hours (GPU-hours on a cluster where each phase holds one GPU)."""
-        return sum(self.totals[f"seconds_{p}"] for p in PHASES) / 3600.0
 
     def _metrics(self, done: StepResult) -> dict[str, float]:
         probs = self.policy.probs()
@@ -167,8 +152,7 @@ class AnchoredSimTrainer:
             "dropped_groups": float(done.dropped.sum()),
             "anchor_true_mean": float(np.nanmean(done.r[anchors])) if anchors.any() else float("nan"),
             "rollout_known_mean": float(np.mean(rows)),
-            "compute_hours": self.compute_hours,
-            **{k: float(v) for k, v in self.totals.items()},
+            **self.totals.as_metrics(),
             **{k: float(v) for k, v in snap.items()},
         }
         return {k: (v if math.isfinite(v) else None) for k, v in out.items()}  # type: ignore[misc]
@@ -179,7 +163,7 @@ class AnchoredSimTrainer:
             "step": self.step,
             "logits": self.policy.logits.copy(),
             "rng": self.rng.bit_generator.state,
-            "totals": dict(self.totals),
+            "totals": self.totals.to_dict(),
             "last_refit_step": self.last_refit_step,
             "task_ids": list(self.table.task_ids),
         }
@@ -190,7 +174,7 @@ class AnchoredSimTrainer:
         self.step = int(state["step"])
         self.policy.logits[...] = np.array(state["logits"], dtype=np.float64)  # shared with agent and learner
         self.rng.bit_generator.state = state["rng"]
-        self.totals = dict(state["totals"])
+        self.totals = RunTotals.from_dict(state["totals"])
         self.last_refit_step = state["last_refit_step"]
 
     def state_digest(self) -> str:
@@ -199,7 +183,7 @@ class AnchoredSimTrainer:
         Measured seconds are left out: they are accounting, and differ between two runs of one config."""
         h = hashlib.sha256()
         state = self.state_dict()
-        state["totals"] = {k: v for k, v in state["totals"].items() if not k.startswith("seconds_")}
+        state["totals"] = {k: v for k, v in state["totals"].items() if k != "seconds"}
         h.update(np.ascontiguousarray(state.pop("logits")).tobytes())
         h.update(json.dumps(state, sort_keys=True, default=str).encode())
         if self.calibrator is not None:
@@ -216,42 +200,13 @@ class AnchoredSimTrainer:
         return {"calibration": self.cal_dir}
 
     def progress(self) -> dict[str, Any]:
-        snap = {k: (v if math.isfinite(v) else None)
-                for k, v in (self.calibrator.snapshot() if self.calibrator is not None else {}).items()}
-        audit = read_audit(self.cal_dir)
-        return {
-            "rho": snap.get("rho"), "n_pairs": snap.get("n_pairs"), "n_refits": snap.get("n_refits"),
-            "eta2": snap.get("eta2"), "last_refit_step": self.last_refit_step,
-            "executions": int(self.totals["executions"]),
-            "failed_executions": int(self.totals["failed_executions"]),
-            "cost_source": COST_SOURCE, "compute_hours": self.compute_hours,
-            **{f"seconds_{p}": self.totals[f"seconds_{p}"] for p in PHASES},
-            "audit_ok": None if audit is None else audit["ok"],
-            "audit_warnings": [] if audit is None else audit["warnings"],
-            "audit_skipped": [] if audit is None else audit["skipped"],
-        }
-
+        return {**calibration_progress(self.calibrator, self.cal_dir), "last_refit_step": self.last_refit_step,
+                "cost_source": COST_SOURCE, **self.totals.progress()}
 
     def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]:
         """calibration.png (anchor pairs and f_hat) and curves.png (score, rho, eta2 per step)."""
-        from wmrl.tracking.plots import plot_calibration, plot_curves
-
-        written = []
-        cal = self.calibrator
-        if cal is not None and len(cal.pool):
-            grid = np.linspace(0.0, 1.0, 101)
-            fitted = cal.calibrate(grid)
-            predicted, true = cal.pool.arrays()
-            plot_calibration(predicted, true, grid, fitted, directory / "calibration.png",
-                             title=f"{self.cfg.run_name}: f_hat over {len(predicted)} anchor pairs")
-            written.append(directory / "calibration.png")
-        if metrics:
-            curves = {"expected score": [m.get("expected_known_score") for m in metrics],
-                      "rho": [m.get("rho") for m in metrics], "eta2": [m.get("eta2") for m in metrics]}
-            plot_curves([m["step"] for m in metrics], curves, directory / "curves.png",
-                        hlines={"rho": ("w_max", self.cfg.algorithm.w_max)}, title=self.cfg.run_name)
-            written.append(directory / "curves.png")
-        return written
+        return write_run_plots(self.cfg, self.calibrator, directory, metrics,
+                               {"expected score": "expected_known_score"})
 
 
 def make_trainer(cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool) -> AnchoredSimTrainer:

@@ -57,6 +57,7 @@ class LLMTrainer:
         from wmrl.generation.factory import build_generator
         from wmrl.learner.grpo import GRPOLearner
         from wmrl.sft.data import run_context
+        from wmrl.sft.pipeline import initial_policy_path
         from wmrl.tasks.overview import task_overview
         from wmrl.tasks.pool import load_pool, resolve_pool_root
         from wmrl.world_model.env import TaskCase, WorldModelEnvironment
@@ -68,14 +69,7 @@ class LLMTrainer:
         self.rng = np.random.default_rng(cfg.algorithm.seed)
         torch.manual_seed(cfg.algorithm.seed)
         # The initial policy: model.path, or the tiny default after SFT (built and cached on first use).
-        if cfg.model.path:
-            from wmrl.models.loading import model_dir
-
-            self.model_path = model_dir(cfg.model.path)
-        else:
-            from wmrl.sft.pipeline import initial_policy_path
-
-            self.model_path = initial_policy_path(cfg, progress=False, log=log.info)
+        self.model_path = initial_policy_path(cfg, progress=False, log=log.info)
         root = resolve_pool_root(cfg.tasks.root)
         competitions = Path(cfg.tasks.competitions_dir) if cfg.tasks.competitions_dir else None
         every = load_pool(root, "all", competitions)
