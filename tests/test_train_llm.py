@@ -69,7 +69,7 @@ def test_train_runs_every_step_and_logs_learner_and_calibration_metrics(finished
     rows = metrics_rows(finished_run)
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
-        assert r["learner/trajectories"] == 4  # m * n: every group trained (no infrastructure failure)
+        assert r["dropped_groups"] == 0 and "learner/seconds" in r  # every group reached the learner
         assert r["seconds_generation"] > 0 and r["tokens_generation"] > 0
         assert r["rho"] >= 1.0
     progress = json.loads((finished_run / "progress.json").read_text())
