@@ -167,3 +167,18 @@ def test_cli_model_init_builds_from_the_builtin_pool_and_then_hits_the_cache(tmp
     assert len(tok.encode("from sklearn.pipeline import make_pipeline\n", add_special_tokens=False)) <= 2
     second = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=900)
     assert second.returncode == 0 and second.stdout.startswith("cached:")
+
+
+def test_a_killed_build_leaves_no_temp_dir_behind_the_next_one(tmp_path):
+    from models_support import tiny_config
+
+    from wmrl.models.init import default_tiny_dir, init_tiny_model, tiny_model_hash
+
+    cfg = tiny_config(tmp_path)
+    out = default_tiny_dir(cfg, tiny_model_hash(cfg.tiny, CORPUS))
+    stale = out.parent / f".tmp-{out.name}.99999"  # what a SIGKILLed build with pid 99999 leaves
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"half")
+    path, built = init_tiny_model(cfg, CORPUS)
+    assert built and path == out and not stale.exists()
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".tmp-")] == []

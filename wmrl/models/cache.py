@@ -72,9 +72,11 @@ def build_once(
                     f"{out} exists but is not the output of this build (its {MARKER} records hash "
                     f"{built_hash(out)!r}, this build is {digest[:16]}); choose another --out or remove it"
                 )
+            # Leftovers of killed builds of this same output (any pid): nobody else builds it while
+            # we hold the lock, so they are ours to remove.
+            for stale in out.parent.glob(f"{TMP_PREFIX}{out.name}.*"):
+                shutil.rmtree(stale, ignore_errors=True)
             tmp = out.parent / f"{TMP_PREFIX}{out.name}.{os.getpid()}"
-            if tmp.exists():  # our own leftover from a crashed attempt with this pid
-                shutil.rmtree(tmp)
             tmp.mkdir()
             try:
                 facts = build(tmp)
