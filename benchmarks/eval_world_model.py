@@ -115,12 +115,17 @@ def _no_nan(obj):
     return obj
 
 
+def _f(x: float | None, digits: int = 2) -> str:
+    return "undefined" if x is None else f"{x:.{digits}f}"
+
+
 def table(report: dict) -> str:
     pc = report["precheck"]
     lines = [
         "# The world model against real execution (held-out reference variants)", "",
         (f"Model: `{report['model']}`; checks: {', '.join(report['checks'])}; prompt style {report['prompt_style']}; "
         f"overview budget {report['max_overview_chars']} chars; {report['host']}."), "",
+        *([report["note"], ""] if report.get("note") else []),
         (f"Static pre-check over all {pc['variants']} variants ({pc['real_failures']} really fail): "
         f"coverage {pc['coverage']['rate']:.3f} ± {pc['coverage']['se']:.3f} of real failures settled, "
         f"precision {pc['precision']['rate']:.3f} ({pc['precision']['k']}/{pc['precision']['n']} flagged "
@@ -130,9 +135,10 @@ def table(report: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in report["runs"].items():
+        m = _no_nan(m)
         p, s = m["pearson"], m["spearman"]
         lines.append(
-            f"| {name} | {m['submissions']} | {p['r']:.3f} [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}] | {s['r']:.3f} "
+            f"| {name} | {m['submissions']} | {_f(p['r'], 3)} [{_f(p['ci95'][0])}, {_f(p['ci95'][1])}] | {_f(s['r'], 3)} "
             f"| {m['pass_fail_accuracy']['rate']:.3f} ± {m['pass_fail_accuracy']['se']:.3f} "
             f"| {m['parse_fallback']['rate']:.3f} | {m['parse_repaired']['rate']:.3f} "
             f"| {m['calls_per_s']:.2f} | {m['submissions_per_s']:.3f} |")
