@@ -38,7 +38,6 @@ from wmrl.rollout import Submission
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.step import StepResult, calibrator_for, wmrl_step, world_model_scores
-from wmrl.tasks.pool import resolve_pool_root
 from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
 from wmrl.trainers.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
 
@@ -67,8 +66,9 @@ def spread(items: list, k: int) -> list:
 def load_candidates(cfg: WMRLConfig) -> CandidateTable:
     """The first ``simulator.tasks`` tasks of ``tasks.split`` that have >= 2 reference solutions
     (the built-in pool is built on first use when ``tasks.root`` is empty)."""
+    # Here, not at the top: the dry trainer needs no task pool (pandas, the grading stack).
     from wmrl.tasks.layouts import LoadOptions
-    from wmrl.tasks.pool import load_pool
+    from wmrl.tasks.pool import load_pool, resolve_pool_root
 
     root = resolve_pool_root(cfg.tasks.root)
     tasks = [t for t in load_pool(root, cfg.tasks.split, LoadOptions.from_config(cfg.tasks)) if len(t.reference_solutions()) >= 2]
