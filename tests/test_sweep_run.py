@@ -13,7 +13,7 @@ from wmrl.config import ConfigError
 from wmrl.sweep.runner import prepare
 from wmrl.sweep.spec import load_spec
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = pytest.mark.timeout(1200)
 
 
 def _sweep_json(root):
@@ -93,3 +93,22 @@ def test_reissued_sweep_with_changed_runs_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="holds a different sweep named 'small'"):
         prepare(load_spec(spec_path), tmp_path, "local", ("tracking.enabled=false",))
 
+
+
+def test_launch_sweep_runs_a_coordinator_that_logs_under_the_parent(tmp_path):
+    """kind: launch — each run is `wmrl launch` of its resolved config (here the dry trainer: real
+    worker processes, tiny scripts); a re-issue finds it finished."""
+    from launch_support import DRY
+
+    spec = write_spec(tmp_path, "name: small\nkind: launch\n"
+                                f"overrides: [simulator.steps=2, tracking.experiment=launch-sweep, {', '.join(DRY)}]\n"
+                                "seeds: [0]\ngroups:\n  - variants: [wmrl]\n    grid: {algorithm.w_max: [8]}\n")
+    done = run_cli(sweep_argv(spec, tmp_path, "--max-parallel", "1"), timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "sweeps" / "small" / "runs" / "wmrl_w_max=8_s0"
+    assert json.loads((run / "ENDED").read_text())["reason"] == "finished"
+    kids = children(f"sqlite:///{tmp_path}/mlflow.db", _sweep_json(tmp_path)["parent_run_id"])
+    assert list(kids) == ["wmrl_w_max=8_s0"]
+    assert kids["wmrl_w_max=8_s0"][0].data.params["algorithm.w_max"] == "8.0"
+    again = run_cli(sweep_argv(spec, tmp_path, "--max-parallel", "1"))
+    assert again.returncode == 0 and "0 run(s) finished now, 1 already finished" in again.stdout

@@ -96,14 +96,17 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
     if spec.kind == "launch":
         own = (*own, f"launch.executor={executor}")
     resolved = run_configs(spec, sweep.runs, own)
-    if spec.kind == "simulate":  # launch runs: `wmrl launch` creates (and checks) its run directory
-        for name, (cfg, text) in resolved.items():
-            mismatch = config_mismatch(RunDir(sweep.run_path(name)), text)
-            if mismatch:
-                raise ConfigError(mismatch)
-            if not (sweep.run_path(name) / "config.yaml").exists():
-                sweep.run_path(name).mkdir(parents=True, exist_ok=True)
-                atomic_write_text(sweep.run_path(name) / "config.yaml", text)
+    for name, (cfg, text) in resolved.items():
+        # simulate: the run directory's config.yaml; launch: the file `wmrl launch` is given (it creates
+        # and checks the run directory itself)
+        path = sweep.run_path(name) / "config.yaml" if spec.kind == "simulate" else launch_config(sweep, name)
+        mismatch = config_mismatch(RunDir(path.parent), text) if path.name == "config.yaml" else (
+            f"{path} exists with a different config" if path.exists() and path.read_text() != text else None)
+        if mismatch:
+            raise ConfigError(mismatch)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
     configs = {name: cfg for name, (cfg, _) in resolved.items()}
     return Prepared(spec, sweep, configs, own, base.tracking.enabled, parent)
 
@@ -258,14 +261,15 @@ def _throttled(prep: Prepared, todo: list[str], k: int, outcome: SweepOutcome, b
 # --------------------------------------------------------------------------- launch runs
 
 
+def launch_config(sweep: SweepDir, name: str) -> Path:
+    return sweep.root / "configs" / f"{name}.yaml"
+
+
 def _launch_argv(prep: Prepared, name: str) -> list[str]:
-    """``wmrl launch`` exactly as a user types it for this run (``--resume``: continue a stopped one)."""
-    run = next(r for r in prep.spec.runs if r.name == name)
+    """``wmrl launch`` as a user would type it for this run: its resolved config file (sweep overrides,
+    runs_root and the parent run included); ``--resume`` continues a run a killed sweep left stopped."""
     cfg = prep.configs[name]
-    argv = [sys.executable, "-m", "wmrl.cli.main", "launch"]
-    if prep.spec.config:
-        argv.append(prep.spec.config)
-    argv += [*run.overrides, *prep.overrides, f"runs_root={prep.sweep.runs}", "--resume"]
+    argv = [sys.executable, "-m", "wmrl.cli.main", "launch", str(launch_config(prep.sweep, name)), "--resume"]
     if cfg.launch.executor == "slurm":
         argv += ["--wait", "--every", "2"]
     return argv
