@@ -56,6 +56,13 @@ if workdir:
     for sub, dest in (("tmp", "/tmp"), ("var_tmp", "/var/tmp")):
         os.makedirs(f"{workdir}/{sub}", mode=0o1777, exist_ok=True)
         binds.insert(0, f"{workdir}/{sub}:{dest}")
+    # The "image" here is the host's root: an interpreter that lives under the host's /tmp (a clone and
+    # its venv there) must stay visible once the scratch dirs cover /tmp, as a real image's python does.
+    here = os.path.realpath(command[0])
+    for tmp_root in ("/tmp/", "/var/tmp/"):
+        if command[0].startswith(tmp_root) or here.startswith(tmp_root):
+            for path in {os.path.dirname(os.path.dirname(p)) for p in (command[0], here)}:
+                binds.append(f"{os.path.dirname(path)}:{os.path.dirname(path)}:ro")
 for spec in binds:
     src, dest, *mode = spec.split(":")
     bw += ["--ro-bind" if mode == ["ro"] else "--bind", src, dest]
