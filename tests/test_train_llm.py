@@ -36,7 +36,10 @@ def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[
 
 def train(*args: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "wmrl.cli.main", "train", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # A learner test earlier in this pytest process may have set up torch.distributed here (its store
+    # still listens on MASTER_PORT): the child is a lone process and must pick its own rendezvous.
+    dist = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {**{k: v for k, v in os.environ.items() if k not in dist}, "PYTHONPATH": str(REPO)}
     if wait:
         return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
