@@ -1,6 +1,6 @@
 """``wmrl sft``: the supervised warm start of the tiny default (cached by content hash, resumable).
 
-    wmrl sft                                        # model init (cached) + examples + SFT
+    wmrl sft                                        # the tiny default's model init (cached) + examples + SFT
     wmrl sft configs/train.yaml sft.epochs=4
     wmrl sft --base /path/to/hf-model               # SFT another local model on the same examples
 """
@@ -20,7 +20,7 @@ from wmrl.config import load_config
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sft", help="supervised warm start: agent replies + world-model JSON")
     parser.__class__ = IntermixedParser  # overrides may follow the options
-    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config, then overrides")
+    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config (default: wmrl train's tiny.yaml), then overrides")
     parser.add_argument("--base", default=None, help="local HF model to train (default: the tiny model, built)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
@@ -32,8 +32,11 @@ def run(args: argparse.Namespace) -> int:
     from wmrl.sft.pipeline import sft_default_model
 
     started = time.monotonic()
+    from wmrl.cli.train import DEFAULT_CONFIG
+
     config, overrides = split_config_args(args.args)
-    cfg = load_config(config, overrides)
+    # Without CONFIG: the same packaged default as `wmrl train`, so both find the same cached SFT.
+    cfg = load_config(config or str(DEFAULT_CONFIG), overrides)
     base = model_dir(args.base) if args.base else None
     path, trained = sft_default_model(cfg, base=base, progress=not args.quiet)
     facts = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
