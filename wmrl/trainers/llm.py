@@ -62,6 +62,8 @@ class LLMTrainer:
         from wmrl.tasks.pool import load_pool, resolve_pool_root
         from wmrl.world_model.env import TaskCase, WorldModelEnvironment
 
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
         self.cfg, self.run_dir, self.runner = cfg, run, runner
         self.variant = get_variant(cfg.algorithm.variant)
         self.total_steps = cfg.train.steps
