@@ -149,13 +149,15 @@ def table(report: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="HF directory of the world model (e.g. the SFT output)")
-    parser.add_argument("--config", default=None)
+    parser.add_argument("--config", default=None, help="run config (default: wmrl train's tiny.yaml)")
     parser.add_argument("--limit", type=int, default=0, help="score at most this many held-out variants")
     parser.add_argument("--batch", type=int, default=8, help="submissions per world-model batch")
     parser.add_argument("--note", default="", help="a line for the report (e.g. which model this is)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    cfg = load_config(args.config, args.overrides)
+    from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
+
+    cfg = load_config(args.config or str(DEFAULT_CONFIG), args.overrides)  # the prompts the run will use
     from wmrl.generation.hf import TransformersGenerator
 
     root = ensure_builtin_pool(cfg.tasks.root or None, progress=True)

@@ -1,6 +1,6 @@
 """Does the SFT'd tiny policy write usable solutions? Sample replies on the training tasks, parse, execute.
 
-    python benchmarks/sft_quality.py [MODEL_DIR] [--samples 8] [key=value ...]
+    python benchmarks/sft_quality.py [MODEL_DIR] [--config CFG.yaml] [--samples 8] [key=value ...]
 
 MODEL_DIR defaults to the run config's initial policy (``model.path``, else the tiny default after
 ``wmrl sft``, built if missing). For every training task, ``--samples`` replies are drawn at the
@@ -27,12 +27,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("args", nargs="*", metavar="[MODEL_DIR] [key=value ...]")
     parser.add_argument("--samples", type=int, default=8, help="replies per task")
+    parser.add_argument("--config", default=None, help="run config (default: wmrl train's tiny.yaml)")
     parser.add_argument("--out", default="results/sft_quality")
     args = parser.parse_args()
 
     from wmrl.agent.chat import ChatTokens
     from wmrl.agent.parse import parse_reply
     from wmrl.agent.prompts import agent_messages, system_prompt
+    from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
     from wmrl.execution import execute_and_grade
     from wmrl.generation.hf import TransformersGenerator
     from wmrl.sandbox import limits_from_config, make_backend
@@ -42,7 +44,7 @@ def main() -> None:
     from wmrl.tasks.pool import ensure_builtin_pool
 
     model, overrides = split_config_args(args.args)
-    cfg = load_config(None, overrides)
+    cfg = load_config(args.config or str(DEFAULT_CONFIG), overrides)  # the prompts the run will use
     path = Path(model) if model else initial_policy_path(cfg)
     gen = TransformersGenerator.from_path(str(path), device="cpu", batch_size=cfg.generation.batch_size)
     chat = ChatTokens(gen.tokenizer)

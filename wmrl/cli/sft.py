@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from wmrl.sft.pipeline import sft_default_model
 
     started = time.monotonic()
-    from wmrl.cli.train import DEFAULT_CONFIG
+    from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
 
     config, overrides = split_config_args(args.args)
     # Without CONFIG: the same packaged default as `wmrl train`, so both find the same cached SFT.

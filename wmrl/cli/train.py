@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from wmrl.cli.args import IntermixedParser, split_config_args
 from wmrl.config import ConfigError, load_config
-
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny.yaml"
+from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
 
 
 def register(subparsers: Any) -> None:
