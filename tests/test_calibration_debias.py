@@ -47,20 +47,49 @@ def test_isotonic_fit_matches_hand_computed_pooling() -> None:
     assert mapped == pytest.approx([0.2, 0.2, 0.5, 0.5, 0.5, 0.7, 0.9, 0.9])
 
 
-def test_map_is_constant_outside_the_fitted_range() -> None:
+def test_map_continues_an_affine_world_model_exactly_beyond_its_end_knots() -> None:
+    # noise-free r_hat = 0.2 + 0.6 r seen only for r in [0.1, 0.5]: r_hat = 0.62 (r = 0.7) is beyond the
+    # last knot; sklearn's clip would say 0.5, the end region's slope (1/0.6) says 0.7
+    r = np.linspace(0.1, 0.5, 50)
     deb = Debiaser(min_pairs=2, refit_every=1)
-    deb.update(np.array([0.2, 0.8]), np.array([0.1, 0.9]))
-    assert deb(np.array([0.0, 0.1, 0.5, 0.9, 1.0])) == pytest.approx([0.1, 0.1, 0.5, 0.9, 0.9])
+    deb.update(0.2 + 0.6 * r, r)
+    assert deb(np.array([0.2 + 0.6 * 0.05, 0.62, 0.74])) == pytest.approx([0.05, 0.7, 0.9], abs=1e-12)
 
 
-def test_map_agrees_with_sklearn_predict() -> None:
+def test_map_beyond_the_ends_is_clipped_to_the_unit_interval() -> None:
+    r = np.linspace(0.1, 0.5, 50)
+    deb = Debiaser(min_pairs=2, refit_every=1)
+    deb.update(0.2 + 0.6 * r, r)
+    assert deb(np.array([0.0, 1.0])).tolist() == [0.0, 1.0]  # affine continuation: -1/3 and 4/3
+
+
+def test_map_is_constant_beyond_an_end_whose_pairs_share_one_r_hat() -> None:
+    # the lowest tenth of the pairs all have r_hat 0.2 (e.g. crashed solutions): no slope to continue
+    pred = np.concatenate([np.full(20, 0.2), np.linspace(0.3, 0.8, 80)])
+    true = np.concatenate([np.zeros(20), np.linspace(0.2, 0.9, 80)])
+    deb = Debiaser(min_pairs=2, refit_every=1)
+    deb.update(pred, true)
+    assert deb(np.array([0.0, 0.1])).tolist() == [0.0, 0.0]
+
+
+def test_map_never_decreases_beyond_the_ends() -> None:
+    # the highest pairs' true scores fall with r_hat: the continuation is flat, not decreasing
+    pred = np.linspace(0.1, 0.9, 100)
+    true = np.concatenate([np.linspace(0.0, 0.8, 90), np.linspace(0.8, 0.3, 10)])
+    deb = Debiaser(min_pairs=2, refit_every=1)
+    deb.update(pred, true)
+    top = deb(np.array([0.9, 0.95, 1.0]))
+    assert top[1] == top[0] == top[2]
+
+
+def test_map_agrees_with_sklearn_predict_between_its_end_knots() -> None:
     rng = np.random.default_rng(1)
     r = rng.random(3000)
     r_hat = np.clip(r**2 + rng.normal(0, 0.1, 3000), 0, 1)
     deb = Debiaser(min_pairs=10, refit_every=10)
     deb.update(r_hat, r)
     iso = IsotonicRegression(increasing=True, y_min=0, y_max=1, out_of_bounds="clip").fit(r_hat, r)
-    grid = np.linspace(0, 1, 1001)
+    grid = np.linspace(r_hat.min(), r_hat.max(), 1001)  # beyond the end knots the debiaser extrapolates
     np.testing.assert_allclose(deb(grid), iso.predict(grid), rtol=0, atol=1e-12)
 
 

@@ -171,3 +171,18 @@ def test_new_pool_refuses_directory_holding_one(tmp_path: Path) -> None:
     AnchorPool(tmp_path).add(random_pairs(1))
     with pytest.raises(FileExistsError, match="load"):
         AnchorPool(tmp_path)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_pool_log_is_fsynced_only_when_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               durable: bool) -> None:
+    import wmrl.calibration.pool as pool_module
+
+    synced: list[int] = []
+    monkeypatch.setattr(pool_module.os, "fsync", lambda fd: synced.append(fd))
+    pool = AnchorPool(tmp_path, durable=durable)
+    for step in range(3):
+        pool.add(random_pairs(8, seed=step, start=8 * step))
+    assert bool(synced) == durable
+    reloaded = AnchorPool.load(tmp_path)  # the same complete log either way
+    assert [p.to_row() for p in reloaded.recent(24)] == [p.to_row() for p in pool.recent(24)]

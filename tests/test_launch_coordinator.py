@@ -211,3 +211,14 @@ def test_launch_local_runs_the_whole_run_in_process(tmp_path):
 def test_lock_is_released_after_a_finished_run(reference_run):
     run, _ = reference_run
     assert not run.lock_path.exists()
+
+
+def test_denoise_only_run_audits_its_pool_although_it_never_refits(tmp_path):
+    # 3 pairs per step, min_pairs 6, refit_every 3: due after steps 2, 3 and 4 (issue 7: the trainer
+    # audited only when the map was refit, so denoise_only, which has no map, was never audited)
+    run = make_run(dry_config(tmp_path, "denoise", 4, "algorithm.variant=denoise_only"))
+    assert Coordinator(str(run.path))()["state"] == "finished"
+    metrics = list(iter_metrics(run))
+    assert [m["step"] for m in metrics if "audit_ok" in m] == [2, 3, 4]
+    assert all(m["n_refits"] == 0 for m in metrics)
+    assert read_json(run.path / "calibration" / "audit.json")["n_pairs"] == 12

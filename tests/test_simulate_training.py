@@ -8,6 +8,7 @@ import pytest
 from wmrl.config import ConfigError, load_config
 from wmrl.simulate.cost import CostMeter
 from wmrl.simulate.policy import SoftmaxPolicy
+from wmrl.simulate.scenarios import SCENARIOS
 from wmrl.trainers.simulator import train
 
 
@@ -62,6 +63,24 @@ def test_audit_stays_silent_on_a_monotone_stationary_world_model():
     cfg = cfg_with("simulator.steps=300", "simulator.phi=logistic", "simulator.phi_param=6", "simulator.wm_noise=0.02")
     run = train(cfg, "wmrl", 0)
     assert run.audit is not None and run.audit["warnings"] == []
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])  # the seeds whose rho reached 1.4-2.2 before the fix
+def test_noise_free_affine_world_model_keeps_rho_at_one_every_step_and_the_audit_silent(seed):
+    """issue 7 (scenario noise_free): anchors the world model rates above every earlier anchor were scored
+    as the last knot's value; against eta2_cal at its floor that residual sent rho to ~2."""
+    cfg = cfg_with("simulator.steps=150", "simulator.log_every=1", *SCENARIOS["noise_free"].overrides)
+    run = train(cfg, "wmrl", seed)
+    rho, pairs = np.array(run.history["rho"]), np.array(run.history["n_pairs"])
+    assert (pairs >= cfg.algorithm.min_pairs).sum() > 100  # most steps are after warm-up
+    np.testing.assert_allclose(rho[pairs >= cfg.algorithm.min_pairs], 1.0, rtol=0, atol=1e-6)
+    assert run.audit is not None and run.audit["warned_during_run"] == []
+
+
+def test_denoise_only_is_audited_like_wmrl():
+    cfg = cfg_with("simulator.steps=60")
+    audited = train(cfg, "denoise_only", 0).audit
+    assert audited is not None and audited["n_pairs"] == train(cfg, "wmrl", 0).audit["n_pairs"] > 200
 
 
 def test_policy_gradient_raises_the_logit_of_an_above_average_choice():

@@ -51,19 +51,21 @@ PHASES = ("generation", "world_model", "execution", "update")  # measured second
 
 
 def calibrator_for(
-    variant: Variant, alg: AlgorithmConfig, directory: Path | None = None, *, resume: bool = False
+    variant: Variant, alg: AlgorithmConfig, directory: Path | None = None, *, resume: bool = False,
+    durable: bool = True,
 ) -> Calibrator | None:
     """The one place that decides which variant calibrates and how (Eq. 4 debias, Eq. 5 denoise).
 
     Variants that train on world-model groups *and* draw anchors get a Calibrator with their flags;
     ``grpo_real``/``grpo_anchor_only`` (nothing to calibrate) and ``pure_wm`` (no anchors) get none.
-    ``resume``: reload the state in ``directory`` when there is one.
+    ``resume``: reload the state in ``directory`` when there is one; ``durable=False``: no fsync per
+    step of the pool's log (a run nobody resumes, see :class:`~wmrl.calibration.pool.AnchorPool`).
     """
     if not (variant.trains_on_wm and variant.needs_anchors):
         return None
     if directory is not None and resume and (Path(directory) / STATE_NAME).exists():
         return Calibrator.load(alg, Path(directory))
-    return Calibrator(alg, directory, debias=variant.debias, denoise=variant.denoise)
+    return Calibrator(alg, directory, debias=variant.debias, denoise=variant.denoise, durable=durable)
 
 
 def world_model_scores(variant: Variant) -> bool:

@@ -37,7 +37,9 @@ from wmrl.io import atomic_write_json, read_json
 
 STATE_NAME = "calibrator.json"
 AUDIT_NAME = "audit.json"  # the latest Assumption-6 audit, for `wmrl status` and people
-FORMAT = 2  # 2: prequential residuals; a format-1 snapshot is rebuilt from the log on load
+# 2: prequential residuals; 3: f_hat continued beyond its end knots (MonotoneMap) and the audit
+# schedule. An older snapshot is rebuilt from the log on load (the new map rescoring every pair).
+FORMAT = 3
 CHASED_KEEP = 1024  # how many recent calibrate() inputs the coverage audit looks at
 SNAPSHOT_EVERY = 64  # logged steps between automatic snapshots (bounds the replay on load)
 
@@ -52,6 +54,7 @@ class Calibrator:
         *,
         debias: bool = True,
         denoise: bool = True,
+        durable: bool = True,
     ) -> None:
         self.cfg = cfg
         self.directory = None if directory is None else Path(directory)
@@ -60,13 +63,15 @@ class Calibrator:
                 f"{self.directory} already holds calibration state; use Calibrator.load() to resume"
             )
         self.debias, self.denoise = bool(debias), bool(denoise)
-        self.pool = AnchorPool(self.directory)
+        self.pool = AnchorPool(self.directory, durable=durable)
         self.debiaser = Debiaser(min_pairs=cfg.min_pairs, refit_every=cfg.refit_every)
         self.denoiser = Denoiser(w_max=cfg.w_max)
         self.last_step = -1
         self._chased = np.empty(0, dtype=np.float64)  # recent world-model scores (audit coverage)
         self._prequential: list[float] = []  # per pool pair: its calibrated score out of sample
         self._audit_streaks: dict[str, int] = {}  # consecutive audits each check has flagged
+        self._audit_at = 0  # pool size when the last audit fell due (0: none yet)
+        self.audit_due = False  # the last observe() brought the pool to an audit point
         self._unsaved = 0  # logged steps since the last snapshot
         if self.directory is not None:
             self.save()  # the flags and the empty state: load() always finds a snapshot
@@ -82,6 +87,7 @@ class Calibrator:
         if step < self.last_step:
             raise ValueError(f"step {step} is older than the last observed step {self.last_step}")
         self.last_step = int(step)
+        self.audit_due = False
         added = self.pool.add(pairs, step=step)
         if added == 0:
             return  # no new anchors this step: f_hat, eta2 and rho stay as they were
@@ -103,11 +109,17 @@ class Calibrator:
             if len(set(groups)) < 2:
                 groups = [str(i) for i in range(len(groups))]  # one group only: leave-pairs-out
             if len(groups) >= 2:
-                self._prequential = cross_fitted(pred, true, groups).tolist()
+                self._prequential = cross_fitted(pred, true, groups, extrapolate=True).tolist()
         window = self.pool.recent(self.cfg.eta_window)
         r = self.pool.arrays(last=len(window))[1]
         calibrated = np.asarray(self._prequential[len(self._prequential) - len(window) :])
         self.denoiser.update(calibrated, r, [p.group_id for p in window], self.warmed_up)
+        # The audit schedule, the same for every variant with a pool: at the end of warm-up, then once
+        # refit_every new pairs have arrived (with debiasing: exactly at each refit). denoise_only never
+        # refits, and a trainer that audited "when the map changed" never audited it.
+        n = len(self.pool)
+        if self.warmed_up and (self._audit_at == 0 or n - self._audit_at >= self.cfg.refit_every):
+            self._audit_at, self.audit_due = n, True
 
     def calibrate(self, r_hat: ArrayLike) -> np.ndarray:
         """f_hat(r_hat) (Eq. 4); identity before ``min_pairs`` pairs or when debiasing is off. Pure."""
@@ -178,6 +190,7 @@ class Calibrator:
             "debiaser": self.debiaser.to_state(),
             "denoiser": self.denoiser.to_state(),
             "chased": self._chased.tolist(),  # restored as of the last snapshot
+            "audit_at": self._audit_at,
             # eta2 only ever reads the newest eta_window out-of-sample scores
             "prequential": self._prequential[len(self._prequential) - self.cfg.eta_window :],
         }
@@ -196,13 +209,13 @@ class Calibrator:
         if not path.exists():
             raise FileNotFoundError(f"no calibration state in {directory} (expected {STATE_NAME})")
         state = read_json(path)
-        if state.get("format") not in (1, FORMAT):
-            raise ValueError(f"{path}: unsupported format {state.get('format')!r} (reads 1, {FORMAT})")
+        if state.get("format") not in (1, 2, FORMAT):
+            raise ValueError(f"{path}: unsupported format {state.get('format')!r} (reads 1 to {FORMAT})")
         # In memory while the snapshot and the log are replayed into it; attached at the end.
         cal = cls(cfg, debias=state["debias"], denoise=state["denoise"])
         records = read_log(directory, max_step=step) if (directory / LOG_NAME).exists() else []
         done = 0  # records covered by the snapshot
-        # A format-1 snapshot has no prequential scores: rebuild everything from the log instead.
+        # An older snapshot (other residuals, another map): rebuild everything from the log instead.
         if state["format"] == FORMAT and (step is None or state["last_step"] <= step):
             counts = np.cumsum([0] + [len(batch) for _, batch, _ in records])
             hits = np.flatnonzero(counts == state["n_pairs"])
@@ -220,6 +233,7 @@ class Calibrator:
             cal.denoiser = Denoiser.from_state(state["denoiser"], w_max=cfg.w_max)
             cal.last_step = int(state["last_step"])
             cal._chased = np.asarray(state["chased"], dtype=np.float64)
+            cal._audit_at = int(state["audit_at"])
             tail = [float(v) for v in state["prequential"]]
             cal._prequential = [math.nan] * (len(cal.pool) - len(tail)) + tail
         # else: the snapshot is newer than the requested step; rebuild from the start of the log.
@@ -232,6 +246,7 @@ class Calibrator:
         cal.directory = directory
         cal.pool.attach(directory, records[-1][2] if records else 0)
         cal._unsaved = len(records) - done
+        cal.audit_due = False  # due is what the next observe() says
         return cal
 
 

@@ -43,7 +43,7 @@ def within_group_variance(true: np.ndarray, group_ids: Sequence[str]) -> float:
     """
     if len(true) != len(group_ids):
         raise ValueError(f"{len(true)} scores but {len(group_ids)} group ids")
-    _, codes = np.unique(np.asarray(group_ids, dtype=object), return_inverse=True)
+    _, codes = np.unique(np.asarray(group_ids), return_inverse=True)  # unicode array: fast sort
     counts = np.bincount(codes)
     keep = counts >= 2
     if not keep.any():

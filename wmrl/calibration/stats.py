@@ -18,7 +18,8 @@ from scipy import stats
 
 def codes_of(labels: Sequence[str] | np.ndarray) -> np.ndarray:
     """Integer codes 0..k-1 of arbitrary labels."""
-    return np.unique(np.asarray(labels, dtype=object), return_inverse=True)[1].astype(np.int64)
+    # a unicode array sorts like the strings do, several times faster than an object array
+    return np.unique(np.asarray(labels), return_inverse=True)[1].astype(np.int64)
 
 
 def clustered_z(values: np.ndarray, clusters: np.ndarray) -> tuple[float, float]:

@@ -180,7 +180,7 @@ def _audit_line(progress: dict[str, Any]) -> str:
     """Assumption-6 audit of the last refit: can the debiasing correction be trusted?"""
     ok = progress.get("audit_ok")
     if ok is None:
-        return "audit      not yet (runs at each refit of the debiasing map)"
+        return "audit      not yet (runs at the end of warm-up, then every refit_every anchor pairs)"
     if not ok:
         return "audit      WARNING: " + " | ".join(progress.get("audit_warnings") or ["see logs/coordinator.log"])
     skipped = progress.get("audit_skipped") or []

@@ -101,6 +101,12 @@ class SyntheticWorldModel:
             return cfg.degrade_noise
         return cfg.wm_noise
 
+    def one_draw_per_score(self, step: int) -> bool:
+        """Whether :meth:`predict` draws nothing but one noise value per score at ``step`` (no uniform
+        ``noise`` phi, no group offset): then one call for many groups draws the very numbers that one
+        call per group draws, in the same order."""
+        return self.phi_at(step)[0] != "noise" and self.cfg.wm_group_sd == 0
+
     def mean_curve(self, r: np.ndarray, step: int) -> np.ndarray:
         """``phi(r)`` clipped to [0,1] at ``step`` (for plots; NaN for the uninformative ``noise``)."""
         name, param, knots = self.phi_at(step)

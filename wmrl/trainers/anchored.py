@@ -127,10 +127,12 @@ class AnchoredSimTrainer:
         )
         self.totals.charge(done)
         audit = {}
-        if done.refitted and self.calibrator is not None:
+        if done.refitted:
             self.last_refit_step = self.step
-            # Assumption 6 (monotone, stationary bias) is checked whenever the map changes; the
-            # report lands in calibration/audit.json, the log, `wmrl status` and MLflow.
+        if self.calibrator is not None and self.calibrator.audit_due:
+            # Assumption 6 (monotone, stationary bias) is checked every refit_every new pairs (at each
+            # refit when debiasing; denoise_only too); the report lands in calibration/audit.json, the
+            # log, `wmrl status` and MLflow.
             report = self.calibrator.audit()
             audit = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,
                      "audit_stationarity_gap": report.stationarity_gap}

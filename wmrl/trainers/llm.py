@@ -138,9 +138,10 @@ class LLMTrainer:
         io_seconds = time.perf_counter() - started
         self.totals.charge(done, {"weight_sync": sync_seconds, "io": io_seconds})
         audit = {}
-        if done.refitted and self.calibrator is not None:
+        if done.refitted:
             self.last_refit_step = self.step
-            report = self.calibrator.audit()  # Assumption 6, whenever the map changes
+        if self.calibrator is not None and self.calibrator.audit_due:
+            report = self.calibrator.audit()  # Assumption 6, every refit_every new pairs (each refit)
             audit = {"audit_ok": float(report.ok)}
         self.step += 1
         metrics.update(self._metrics(done, sync_seconds, io_seconds))

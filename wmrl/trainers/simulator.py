@@ -109,7 +109,8 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
     sim, alg = cfg.simulator, dataclasses.replace(cfg.algorithm, variant=variant_name, seed=seed)
     variant = get_variant(variant_name)
     directory = None if pool_root is None else pool_directory(pool_root, variant_name, seed)
-    calibrator = calibrator_for(variant, alg, directory)
+    # nobody resumes a simulate run: its pool log is written for people to read, without an fsync per step
+    calibrator = calibrator_for(variant, alg, directory, durable=False)
     rng = np.random.default_rng(seed)
     bench = make_environment(sim, seed)
     task_ids = [str(t) for t in range(bench.n_tasks)]
@@ -126,9 +127,9 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
         target_step=None, target_executions=None, target_gpu_hours=None,
         history={key: [] for key in HISTORY_KEYS},
     )
-    # The audit runs whenever refit_every new pairs arrived after warm-up (at every refit when
-    # debiasing), as in the coordinator; its persistence rule needs the whole sequence.
-    next_audit, last_audit, warned = alg.min_pairs, None, []
+    # The audit runs when the calibrator says it is due (after warm-up, every refit_every new pairs: at
+    # every refit when debiasing), as in the coordinator; its persistence rule needs the whole sequence.
+    last_audit, warned = None, []
     for step in range(sim.steps):
         wm.step = step
         done = wmrl_step(
@@ -138,11 +139,10 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
         )
         meter.charge(executions=done.executions, wm_calls=done.wm_calls,
                      trajectories=done.executed.size * alg.group_size, updates=1)
-        if calibrator is not None and len(calibrator.pool) >= next_audit:
+        if calibrator is not None and calibrator.audit_due:
             last_audit = calibrator.audit()
             warned += [c for c in last_audit.streaks if c in last_audit.flags
                        and last_audit.streaks[c] >= last_audit.thresholds.persist and c not in warned]
-            next_audit = len(calibrator.pool) + alg.refit_every
         score = bench.score(policy.probs())
         if result.target_step is None and score >= sim.target_score:
             result.target_step, result.target_executions = step + 1, meter.executions

@@ -138,10 +138,17 @@ class SyntheticWorldModelEnv:
         for i, sub in enumerate(submissions):
             groups.setdefault(sub.key.split("/")[1], []).append(i)
         r_hat = np.empty(len(submissions))
-        for members in groups.values():
-            true = np.array([[self.truth(submissions[i]) for i in members]], dtype=float)
-            task = np.array([self.task_index[submissions[members[0]].task_id]])
-            r_hat[members] = self.model.predict(true, self.step, self.rng, task)[0]
+        rows = list(groups.values())
+        true = [[self.truth(submissions[i]) for i in members] for members in rows]
+        tasks = np.array([self.task_index[submissions[members[0]].task_id] for members in rows])
+        if len({len(members) for members in rows}) == 1 and self.model.one_draw_per_score(self.step):
+            # one call for all groups: the same draws, in the same order, as one call per group
+            for members, row in zip(rows, self.model.predict(np.array(true), self.step, self.rng, tasks),
+                                    strict=True):
+                r_hat[members] = row
+        else:
+            for members, row_true, task in zip(rows, true, tasks, strict=True):
+                r_hat[members] = self.model.predict(np.array([row_true]), self.step, self.rng, task[None])[0]
         seconds = (time.perf_counter() - started) / max(1, len(submissions))
         return [Feedback(s.key, f"predicted score {x:.4f}", float(x), bool(x > 0.0), "ok", seconds)
                 for s, x in zip(submissions, r_hat, strict=True)]
