@@ -68,14 +68,16 @@ def plot(files: list[Path], out: Path) -> None:
     datasets = [json.loads(f.read_text()) for f in files]
     fig, ax = plt.subplots(figsize=(8, 4))
     overrides = " ".join(datasets[0]["overrides"]) or "none"
-    lines = ["# rho on a stationary world model, before and after prequential residuals", "",
+    lines = [("# rho on a stationary world model: before and after prequential residuals, and with f_hat "
+              "continued beyond its end knots"), "",
              f"`wmrl` variant, simulator defaults (phi(r) = r^0.3, stationary) with the overrides `{overrides}`",
              ("(`simulator.lr=1e-9` freezes the policy: a stationary stream of anchor pairs);"
                                  if "lr=1e-9" in overrides else "(the policy learns: the score distribution moves);"),
              "rho at every step; mean over seeds of the per-seed phase mean, ± standard error over seeds.", "",
              (f"Reproduce: `python scripts/rho_flatness.py measure --label ... --out X.json "
               f"{overrides if overrides != 'none' else ''}` (the 'before' rows with commit 7afae64 on PYTHONPATH), "
-              "then `... plot BEFORE.json AFTER.json --out ...`."), "",
+              "then `... plot BEFORE.json AFTER.json ... --out ...`. The 'continued beyond its end knots' "
+              "rows: commit 92ef3e3 (docs/calibration.md, 'Beyond the end knots')."), "",
              "| code | seeds | " + " | ".join(_phases(datasets[0])) + " |",
              "|---|---|" + "---|" * len(_phases(datasets[0]))]
     for data in datasets:

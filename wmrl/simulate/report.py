@@ -203,6 +203,9 @@ def write_report(sweep: SweepResult, cfg: WMRLConfig, out: Path, extra: dict[str
     summary = summarise(sweep)
     meta = {
         "wall_seconds": sweep.wall_seconds,
+        # CPU seconds of all runs together: on a shared machine wall time measures the neighbours too
+        "cpu_seconds": float(sum(r.cpu_seconds for r in sweep.runs)),
+        "load_average": list(sweep.load_average),
         "workers": sweep.workers,
         "runs": len(sweep.runs),
         "target_score": cfg.simulator.target_score,

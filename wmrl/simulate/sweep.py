@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ class SweepResult:
     runs: list[RunResult]  # ordered by (variant order given, seed)
     wall_seconds: float
     workers: int
+    load_average: tuple[float, float] = (float("nan"), float("nan"))  # 1-minute load at start and end
 
 
 def _job(args: tuple[WMRLConfig, str, int, Path | None]) -> RunResult:
@@ -52,7 +54,7 @@ def run_sweep(
     variants = check_variants(variants)
     jobs = [(cfg, v, int(s), pool_root) for v in variants for s in seeds]
     show = sys.stderr.isatty() if progress is None else progress
-    started = time.perf_counter()
+    started, load_start = time.perf_counter(), _load()
     results: list[RunResult] = []
     bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not show)
     if workers <= 1:
@@ -76,4 +78,13 @@ def run_sweep(
             pool.join()
     order = {v: i for i, v in enumerate(variants)}
     results.sort(key=lambda r: (order[r.variant], r.seed))
-    return SweepResult(runs=results, wall_seconds=time.perf_counter() - started, workers=workers)
+    return SweepResult(runs=results, wall_seconds=time.perf_counter() - started, workers=workers,
+                       load_average=(load_start, _load()))
+
+
+def _load() -> float:
+    """The 1-minute load average (NaN where the OS has none): wall times mean little without it."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")

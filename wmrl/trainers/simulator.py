@@ -64,6 +64,7 @@ class RunResult:
     pool_sample: list[list[float]] | None = None  # up to 2000 (r_hat, r) pairs for the plot
     audit: dict[str, Any] | None = None
     wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time for the run: what wall time would be on an idle core
     cost_source: str = COST_SOURCE
     phase_seconds: dict[str, float] = field(default_factory=dict)  # GPU-seconds per phase (CostMeter)
 
@@ -105,7 +106,7 @@ def pool_directory(pool_root: Path, variant: str, seed: int) -> Path:
 def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None = None) -> RunResult:
     """One run; with ``pool_root`` its anchor pairs are logged on disk as they arrive (see
     :func:`pool_directory`), the same files the coordinator keeps in ``RUN_DIR/calibration``."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     sim, alg = cfg.simulator, dataclasses.replace(cfg.algorithm, variant=variant_name, seed=seed)
     variant = get_variant(variant_name)
     directory = None if pool_root is None else pool_directory(pool_root, variant_name, seed)
@@ -170,4 +171,5 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
         keep = np.linspace(0, len(pred) - 1, min(len(pred), 2000)).astype(int) if len(pred) else []
         result.pool_sample = [[float(pred[i]), float(tru[i])] for i in keep]
     result.wall_seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
     return result
