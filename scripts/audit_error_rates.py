@@ -173,6 +173,19 @@ def summarise(cells: list[Cell], runs: dict[int, list[dict]]) -> list[dict]:
     return rows
 
 
+def merge(old: dict, rows: list[dict], meta: dict, command: str) -> tuple[list[dict], dict]:
+    """The old report with the re-run cells' rows replaced (in CELLS order); the re-run is recorded."""
+    new = {r["cell"]: r for r in rows}
+    merged = [new.get(c.name) for c in CELLS]
+    old_rows = {r["cell"]: r for r in old["rows"]}
+    merged = [r if r is not None else old_rows.get(c.name) for r, c in zip(merged, CELLS, strict=True)]
+    out_meta = dict(old["meta"])
+    out_meta["reruns"] = [*old["meta"].get("reruns", []),
+                          {"command": command, "cells": sorted(new), "seconds": meta["seconds"]}]
+    out_meta["notes"] = [*old["meta"].get("notes", []), *meta["notes"]]
+    return [r for r in merged if r is not None], out_meta
+
+
 def write_markdown(rows: list[dict], out: Path, meta: dict) -> None:
     from wmrl.calibration.audit import AuditThresholds
 
@@ -224,6 +237,11 @@ def write_markdown(rows: list[dict], out: Path, meta: dict) -> None:
             extra = f" (named {r['named_tasks']} tasks, {r['named_correctly']} on the right side)"
         lines.append(f"| {r['cell']}{extra} | {r['expect']} | {r['seeds']} | {r['detected']} "
                      f"({r['detected'] / r['seeds']:.0%}) | {lo:.0%}–{hi:.0%} | {step} | {bc} |")
+    for rerun in meta.get("reruns", []):
+        lines += ["", f"Re-run since, rows replaced: `{rerun['command']}` ({rerun['seconds']:.0f} s): "
+                      + ", ".join(rerun["cells"]) + "."]
+    for note in meta.get("notes", []):
+        lines += ["", note]
     out.write_text("\n".join(lines) + "\n")
 
 
@@ -256,6 +274,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--cells", default="", help="comma-separated cell indices (default: all)")
     p.add_argument("--out", type=Path, default=Path("results/calibration"))
+    p.add_argument("--merge", action="store_true",
+                   help="replace only the --cells rows of an existing OUT/audit_error_rates.json, keep the others")
+    p.add_argument("--note", action="append", default=[], help="a paragraph for the report's end (repeatable)")
     args = p.parse_args()
     chosen = [int(c) for c in args.cells.split(",") if c] or list(range(len(CELLS)))
     started = time.perf_counter()
@@ -266,8 +287,12 @@ def main() -> None:
             runs[i].append(outcome)
     cells = [CELLS[i] for i in chosen]
     rows = summarise(cells, {k: runs[i] for k, i in enumerate(chosen)})
-    meta = {"command": f"python scripts/audit_error_rates.py --seeds {args.seeds} --workers {args.workers}",
-            "seconds": time.perf_counter() - started, "workers": args.workers, "seeds": args.seeds}
+    command = f"python scripts/audit_error_rates.py --seeds {args.seeds} --workers {args.workers}"
+    meta = {"command": command, "seconds": time.perf_counter() - started, "workers": args.workers,
+            "seeds": args.seeds, "notes": args.note}
+    previous = args.out / "audit_error_rates.json"
+    if args.merge and previous.exists():
+        rows, meta = merge(json.loads(previous.read_text()), rows, meta, f"{command} --cells {args.cells} --merge")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "audit_error_rates.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     write_markdown(rows, args.out / "audit_error_rates.md", meta)

