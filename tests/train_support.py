@@ -1,0 +1,74 @@
+"""Shared pieces of the LLM-trainer tests (``wmrl train`` locally, ``wmrl launch`` on the local Slurm):
+the micro run's config overrides, the CLI child's environment, and readers of what a run leaves
+(metrics rows, the sampled token ids of a step, the learner's weights). The micro model and the
+uninterrupted reference run are the session fixtures ``micro_model`` and ``micro_run`` (conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_CONFIG = REPO / "wmrl" / "configs" / "tiny.yaml"  # what `wmrl train` runs without CONFIG
+
+
+def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[str]:
+    return [
+        f"run_name={name}", f"runs_root={root}", f"model.path={model}", f"tracking.uri=sqlite:///{root}/mlflow.db",
+        "algorithm.groups_per_step=2", "algorithm.group_size=2", "algorithm.anchor_frac=0.5",
+        "algorithm.min_pairs=4", "algorithm.refit_every=2", "algorithm.eta_window=4",
+        "agent.prompt_style=short", "world_model.prompt_style=short", "agent.max_turns=2", "agent.observation_tokens=32", "sampling.max_new_tokens=12",
+        "world_model.max_new_tokens=8", "world_model.checks=[imports,submission,quality]",
+        "learner.lr=1e-3", "learner.micro_batch_size=2", "learner.kl_coef=0.04",
+        f"train.steps={steps}", "train.eval_k=1", "train.eval_tasks=1", "train.eval_split=train",
+        "sandbox.timeout_s=30", "launch.workers=1", "launch.lease_s=10", "launch.heartbeat_s=1",
+        "launch.lock_stale_s=6", "launch.lock_heartbeat_s=2", "launch.idle_timeout_s=60",
+        "launch.checkpoint_every_s=0.001",  # a coordinator checkpoint after every step: a kill resumes at 1
+    ]
+
+
+def cli_env() -> dict[str, str]:
+    # A learner test earlier in this pytest process may have set up torch.distributed here (its store
+    # still listens on MASTER_PORT): the child is a lone process and must pick its own rendezvous.
+    dist = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return {**{k: v for k, v in os.environ.items() if k not in dist}, "PYTHONPATH": str(REPO)}
+
+
+def wmrl(command: str, *args: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    """``wmrl COMMAND ARGS`` as a child process (``wait=False``: its own session, to kill it whole)."""
+    cmd = [sys.executable, "-m", "wmrl.cli.main", command, *args]
+    if wait:
+        return subprocess.run(cmd, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=900, check=False)
+    return subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def metrics_rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def coordinator_events(run: Path, name: str) -> list[dict]:
+    lines = (run / "logs" / "coordinator-events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == name]
+
+
+def sampled_tokens(run: Path, step: int) -> list[list[int]]:
+    from wmrl.agent.records import read_rollouts
+
+    _, groups = read_rollouts(run, step)
+    return [t.token_ids() for g in groups for t in g]
+
+
+def learner_weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    from wmrl.learner.export import consolidated_state_dict, find_checkpoint
+
+    return consolidated_state_dict(find_checkpoint(run, step))
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
