@@ -246,11 +246,11 @@ def test_bwrap_isolates_network_and_pids_inside_a_job_step(cluster: None) -> Non
 TEMPLATES = REPO / "slurm" / "templates"
 
 # Stands in for `wmrl` in the sbatch templates: records its start (with Slurm's restart count) and
-# a USR1, which it answers like the real commands (worker: exit 0; coordinator: checkpoint, exit 3).
+# a USR1, which it answers like the real commands (worker: exit 0; coordinator: checkpoint, exit 128+10).
 STUB_WMRL = """#!/bin/bash
 role=$1 run_dir=$2
 log="$run_dir/$role-${SLURM_ARRAY_TASK_ID:-0}.log"
-trap 'echo usr1 >> "$log"; [[ $role == worker ]] && exit 0; exit 3' USR1
+trap 'echo usr1 >> "$log"; [[ $role == worker ]] && exit 0; exit 138' USR1
 echo "start ${SLURM_RESTART_COUNT:-0}" >> "$log"
 if [[ $role == coordinator && ${SLURM_RESTART_COUNT:-0} -ge 1 ]]; then exit 0; fi
 while true; do sleep 0.2; done

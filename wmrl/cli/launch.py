@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--every", type=float, default=15.0, metavar="S", help="status interval of --wait")
     parser.add_argument("--resume", action="store_true",
                         help="continue a run that was cancelled (or stopped) from its latest checkpoint")
+    parser.add_argument("--no-submit", action="store_true",
+                        help="only write the run directory and print the sbatch commands of "
+                             "slurm/templates/ that start it (coordinator.sbatch runs `wmrl coordinator RUN_DIR`)")
     parser.set_defaults(func=run)
 
 
@@ -88,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group)
     print(f"run dir:  {run_dir.path}")
+    if args.no_submit:
+        _print_sbatch_commands(cfg, run_dir)
+        return 0
     if cfg.launch.executor == "local":
         print(f"executor: local (coordinator in this process, {cfg.launch.workers} worker processes)")
         print(f"watch:    wmrl status {run_dir.path}   (from another shell)", flush=True)
@@ -112,6 +118,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     return wait_for_end(run_dir, args.every)
+
+
+def _print_sbatch_commands(cfg: WMRLConfig, run: RunDir) -> None:
+    """What starts the run with plain sbatch (slurm/templates/); nothing is submitted here."""
+    print("start:    sbatch slurm/templates/coordinator.sbatch " + str(run.path))
+    if cfg.launch.executor == "slurm":
+        n = cfg.launch.workers
+        print(f"          sbatch --array=0-{n - 1} slurm/templates/workers.sbatch {run.path}")
+    else:
+        print(f"          (launch.executor=local: the coordinator job runs {cfg.launch.workers} worker processes)")
+    print(f"watch:    wmrl status {run.path}", flush=True)
 
 
 def wait_for_end(run_dir: RunDir, every_s: float) -> int:

@@ -27,6 +27,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "exec_cmd",
     "train",
     "launch",
+    "coordinator",
     "worker",
     "status",
     "cancel",

@@ -50,4 +50,4 @@ def run(args: argparse.Namespace) -> int:
         path = initial_policy_path(cfg, progress=sys.stderr.isatty())
         print(f"initial policy: {path}", flush=True)
     return launch.run(argparse.Namespace(config=config, overrides=overrides, wait=args.wait,
-                                         every=args.every, resume=args.resume))
+                                         every=args.every, resume=args.resume, no_submit=False))

@@ -192,15 +192,18 @@ class Coordinator(submitit.helpers.Checkpointable):
             record_event(self._live["run"], "requeue", step=self._live.get("saved_step"))
         return submitit.helpers.DelayedSubmission(Coordinator(self.run_dir))
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+    def stop_on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM (scancel, scontrol requeue, preemption), or USR1 under ``wmrl coordinator``: save the
+        last step boundary and exit with ``128 + signum``."""
         run = self._live.get("run")
         if run is not None and run.is_ended() and not self._live.get("finishing"):
             # `wmrl cancel` marked the run ended, then scancel: stop at once and end it as a local
             # cancel does (plots, KILLED in MLflow) within Slurm's KillWait.
             raise RunEnded(run.ended_reason() or "cancelled")
-        self._save_snapshot("signal-term")
+        self._save_snapshot(f"signal-{signal.Signals(signum).name.removeprefix('SIG').lower()}")
         if "run" in self._live:
-            record_event(self._live["run"], "terminated", step=self._live.get("saved_step"))
+            record_event(self._live["run"], "terminated", step=self._live.get("saved_step"),
+                         signal=signal.Signals(signum).name)
         raise SystemExit(128 + signum)
 
     # ------------------------------------------------------------------ the run
@@ -224,7 +227,7 @@ class Coordinator(submitit.helpers.Checkpointable):
             elif cfg.launch.resubmit_workers:
                 tick = WorkerSupervisor(run, cfg, service)
             trainer = self._start_trainer(cfg, run, store, AnchorRunner(run, cfg, service, tick))
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+            signal.signal(signal.SIGTERM, self.stop_on_signal)
             with open_tracker(cfg, run) as tracker:
                 return self._loop(cfg, run, trainer, service, tracker, progress)
         except Exception as err:

@@ -1,0 +1,97 @@
+"""The plain-sbatch templates run real wmrl commands: the command each template's job step runs exists in
+the CLI, and coordinator.sbatch really trains a run (written by `wmrl launch --no-submit`) on the local
+Slurm, checkpoints on Slurm's USR1 warning, requeues itself and resumes bit-identical."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from launch_support import (
+    REPO,
+    dry_config,
+    events,
+    final_digest,
+    progress_step,
+    require_slurm,
+    squeue_gone,
+    uninterrupted_digest,
+    wait_until,
+)
+
+from wmrl.cli.main import build_parser
+from wmrl.config import to_yaml
+from wmrl.orchestration.rundir import RunDir
+from wmrl.orchestration.slurm import cancel_jobs
+
+TEMPLATES = REPO / "slurm" / "templates"
+REQUEUE_NOW = str(REPO / "slurm" / "requeue-now.sh")
+
+
+def job_step_command(template: str, run_dir: str) -> list[str]:
+    """The command line of the template's `srun ... $WMRL CMD ...` step, with WMRL=wmrl, srun's options cut."""
+    lines = [line for line in (TEMPLATES / template).read_text().splitlines() if line.startswith("srun ")]
+    assert len(lines) == 1, f"{template}: expected one srun line, got {lines}"
+    rendered = lines[0].replace("$WMRL", "wmrl").replace('"$RUN_DIR"', shlex.quote(run_dir)).rstrip(" &")
+    argv = shlex.split(rendered)
+    return argv[argv.index("wmrl"):]
+
+
+@pytest.mark.parametrize(("template", "command"), [("coordinator.sbatch", "coordinator"),
+                                                    ("workers.sbatch", "worker")])
+def test_template_job_step_runs_a_command_of_the_wmrl_cli(template, command, tmp_path):
+    argv = job_step_command(template, str(tmp_path / "run"))
+    assert argv[:2] == ["wmrl", command]
+    parsed = build_parser().parse_args(argv[1:])  # SystemExit (2) for an unknown command or argument
+    assert parsed.command == command and parsed.run_dir == str(tmp_path / "run")
+
+
+def test_launch_no_submit_writes_the_run_directory_and_prints_the_sbatch_lines(tmp_path):
+    config = tmp_path / "dry.yaml"
+    config.write_text(to_yaml(dry_config(tmp_path, "plain", 2, "launch.executor=slurm", "launch.workers=3")))
+    done = subprocess.run([sys.executable, "-m", "wmrl.cli.main", "launch", str(config), "--no-submit"], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    run = RunDir.open(tmp_path / "plain")
+    assert f"sbatch slurm/templates/coordinator.sbatch {run.path}" in done.stdout
+    assert f"sbatch --array=0-2 slurm/templates/workers.sbatch {run.path}" in done.stdout
+    assert not (run.path / "jobs").exists() or not list((run.path / "jobs").iterdir())  # nothing submitted
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_coordinator_template_trains_checkpoints_on_usr1_requeues_and_resumes_identical(tmp_path):
+    require_slurm()
+    # launch.executor=local: the coordinator job runs its workers in its own allocation.
+    cfg = dry_config(tmp_path, "sbatch", 6, "launch.executor=local")
+    config = tmp_path / "sbatch.yaml"
+    config.write_text(to_yaml(cfg))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WMRL": f"{sys.executable} -m wmrl.cli.main"}
+    subprocess.run([sys.executable, "-m", "wmrl.cli.main", "launch", str(config), "--no-submit"], cwd=REPO,
+                   env=env, check=True, capture_output=True, timeout=120)
+    run = RunDir.open(tmp_path / "sbatch")
+    out = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", "--time=10", "--cpus-per-task=2",
+                          str(TEMPLATES / "coordinator.sbatch"), str(run.path)],
+                         env=env, check=True, capture_output=True, text=True, timeout=30).stdout
+    job = out.strip().split(";")[0]
+    try:
+        wait_until("step 2", lambda: progress_step(run) >= 2, 180)
+        # Slurm's warning before the time limit (--signal=B:USR1@300) reaches the batch shell:
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=30)
+        subprocess.run([REQUEUE_NOW, job, "--no-requeue"], check=True, timeout=90)  # the job requeues itself
+        wait_until("the run to finish", run.is_ended, 240, every_s=1)
+        wait_until("the job to leave the queue", lambda: squeue_gone(job), 60)
+    finally:
+        run.mark_ended("test over")
+        cancel_jobs([job])
+    terminated, resumed = events(run, "terminated")[-1], events(run, "resumed")[-1]
+    assert terminated["signal"] == "SIGUSR1" and resumed["restart_count"] == "1"
+    assert resumed["step"] == terminated["step"] and resumed["identical"] is True
+    assert run.ended_reason() == "finished"
+    assert re.search(r"wmrl coordinator: finished at step 6", (tmp_path / f"wmrl-coordinator-{job}.out").read_text())
+    assert final_digest(run) == uninterrupted_digest(tmp_path, cfg)
