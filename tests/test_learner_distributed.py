@@ -34,9 +34,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _run(args: list[str], ranks: int = 1, srun: bool = False) -> None:
-    # This pytest process may hold a learner of its own: its launch variables must not leak.
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+def _run(args: list[str], ranks: int = 1, srun: bool = False, inherited: dict[str, str] | None = None) -> None:
+    # This pytest process may hold a learner of its own: its launch variables must not leak
+    # (``inherited``: the ones a test hands down on purpose).
+    env = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}, **(inherited or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["OMP_NUM_THREADS"] = "1"
     launcher = [sys.executable]
@@ -117,3 +118,17 @@ def test_two_ranks_resume_their_zero_partitions_bit_identically(model_dir: Path,
     resumed, _ = _load(tmp_path / "resumed.pt")
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name
+
+
+def test_lone_learner_starts_its_own_group_while_an_inherited_master_port_is_bound(
+        model_dir: Path, tmp_path: Path) -> None:
+    """A child of a process that ran a learner inherits RANK/WORLD_SIZE/MASTER_* and the port may still
+    be held by the parent's store: the lone learner must pick a free port instead of EADDRINUSE."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        stale = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": str(held.getsockname()[1])}
+        _run(["--model", str(model_dir), "--updates", "1", "--out", str(tmp_path / "lone.pt")], inherited=stale)
+    _, meta = _load(tmp_path / "lone.pt")
+    assert meta["world_size"] == 1 and len(meta["metrics"]) == 1

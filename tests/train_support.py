@@ -33,10 +33,9 @@ def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[
 
 
 def cli_env() -> dict[str, str]:
-    # A learner test earlier in this pytest process may have set up torch.distributed here (its store
-    # still listens on MASTER_PORT): the child is a lone process and must pick its own rendezvous.
-    dist = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    return {**{k: v for k, v in os.environ.items() if k not in dist}, "PYTHONPATH": str(REPO)}
+    # Handed down whole: a learner test earlier in this pytest process may have left RANK/WORLD_SIZE/
+    # MASTER_PORT here (its store still listening), and the lone learner of the child must cope.
+    return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def wmrl(command: str, *args: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:

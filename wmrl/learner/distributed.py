@@ -7,7 +7,14 @@ whatever launched the processes:
 - ``torchrun`` (or any launcher) already exported ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
 - ``srun`` tasks of a Slurm step (``SLURM_NTASKS`` > 1): submitit's ``TorchDistributedEnvironment``
   derives them from the Slurm environment (first host of the step is the master);
-- a lone process: rank 0 of a world of 1 on a free loopback port.
+- a lone process: rank 0 of a world of 1 on a free loopback port it picks itself.
+
+A lone process never trusts inherited ``MASTER_ADDR``/``MASTER_PORT``/``RANK``: a child of a process
+that ran a learner (a pytest run, a ``wmrl`` command started from a notebook, an ``sbatch`` that
+exported a login shell's variables) inherits them, and the port may still be bound by the parent's
+store, so ``init_process_group`` would fail with EADDRINUSE or join a stranger's group. The
+variables are trusted only when they describe several processes (``WORLD_SIZE`` > 1) or torchrun's
+agent hosts the store (``TORCHELASTIC_USE_AGENT_STORE``, a one-process torchrun).
 
 The backend is gloo on CPU and nccl on GPUs, chosen by DeepSpeed's accelerator.
 """
@@ -38,9 +45,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _launched_group() -> bool:
+    """The ``env://`` variables come from a launcher of this group (not inherited by a lone process)."""
+    if not all(key in os.environ for key in _ENV_KEYS):
+        return False
+    return int(os.environ["WORLD_SIZE"]) > 1 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
 def _export_environment() -> str:
     """Make the ``env://`` variables exist; returns which launcher they came from."""
-    if all(key in os.environ for key in _ENV_KEYS):
+    if _launched_group():
         os.environ.setdefault("LOCAL_RANK", "0")
         return "env"
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ:
