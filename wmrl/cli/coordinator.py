@@ -6,7 +6,7 @@ directory comes from ``wmrl launch CONFIG ... --no-submit``. ``slurm/templates/c
 runs it under ``srun`` and forwards the allocation's USR1 warning to it.
 
 Exit status (the template's requeue contract): 0 when the run finished; 1 when it stopped before its
-last step (cancelled); 2 when another coordinator holds the run; ``128 + signal`` after SIGTERM or
+last step (cancelled); 2 on an error (another coordinator holds the run, a crash); ``128 + signal`` after SIGTERM or
 SIGUSR1, once the last step boundary is checkpointed, so the job can be requeued and resume there.
 """
 
@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 
 from wmrl.orchestration.coordinator import Coordinator
-from wmrl.orchestration.lock import RunLockHeld
 from wmrl.orchestration.rundir import RunDir
 
 
@@ -30,20 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        run_dir = RunDir.open(args.run_dir)
-    except FileNotFoundError as err:
-        print(f"wmrl coordinator: {err}", file=sys.stderr)
-        return 2
-    coordinator = Coordinator(str(run_dir.path))
+    # Errors (no run directory, another coordinator holds the run, a crash) end in wmrl.cli.main: one
+    # line on stderr, exit 2, which the template does not requeue.
+    coordinator = Coordinator(str(RunDir.open(args.run_dir).path))
     # Slurm's warning before the time limit (`--signal=B:USR1@300`, forwarded by the batch shell): save
     # the last step boundary and exit as on SIGTERM. (A submitit job gets USR2 instead, which submitit
     # turns into Coordinator.checkpoint and requeues itself.)
     signal.signal(signal.SIGUSR1, coordinator.stop_on_signal)
-    try:
-        result = coordinator(progress=False)
-    except RunLockHeld as err:
-        print(f"wmrl coordinator: {err}", file=sys.stderr)
-        return 2
+    result = coordinator(progress=False)
     print(f"wmrl coordinator: {result.get('state')} at step {result.get('step')}", flush=True)
     return 0 if result.get("state") == "finished" else 1
