@@ -14,6 +14,7 @@ from train_support import (
     same_weights,
     sampled_tokens,
     wmrl,
+    world_model_counts,
 )
 
 from wmrl.orchestration.rundir import RunDir
@@ -25,7 +26,7 @@ SLURM = ["launch.executor=slurm", "launch.coordinator_time_min=15", "launch.work
          "launch.checkpoint_margin_s=60"]
 
 
-def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_and_weights(
+def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_weights_and_counts(
         micro_run, micro_model, tmp_path):
     import subprocess
 
@@ -49,3 +50,4 @@ def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_an
     assert resumed["checkpoint_step"] == 1 and resumed["identical"] is True
     assert sampled_tokens(run.path, 1) == sampled_tokens(micro_run, 1)  # the step after the checkpoint
     assert same_weights(learner_weights(micro_run, 2), learner_weights(run.path, 2))
+    assert world_model_counts(run.path, 2) == world_model_counts(micro_run, 2)  # counters checkpointed too

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from launch_support import wait_until
+from launch_support import progress_step, wait_until
 from train_support import (
     REPO,
     cli_env,
@@ -21,7 +21,10 @@ from train_support import (
     same_weights,
     sampled_tokens,
     wmrl,
+    world_model_counts,
 )
+
+from wmrl.orchestration.rundir import RunDir
 
 
 def test_train_runs_every_step_and_logs_learner_and_calibration_metrics(micro_run):
@@ -69,15 +72,17 @@ def test_train_refuses_a_config_of_another_trainer(tmp_path):
     assert done.returncode == 2 and "trains the LLM agent" in done.stderr
 
 
-def test_sigkill_mid_step_resumes_at_the_checkpoint_with_identical_tokens_and_weights(
+def test_sigkill_mid_step_resumes_at_the_checkpoint_with_identical_tokens_weights_and_counts(
         micro_run, micro_model, tmp_path):
-    """Run B is SIGKILLed during step 2 and relaunched; its step-2 samples and weights equal run A's."""
+    """Run B is SIGKILLed during step 2 and relaunched; its step-2 samples and weights equal run A's, and
+    so do the world model's cumulative counters (checkpointed, not restarted from 0)."""
     args = micro_overrides(tmp_path, micro_model, "killed")
     run = tmp_path / "killed"
     first = wmrl("train", *args, wait=False)
     try:
-        wait_until("step 1 to finish", lambda: (run / "metrics.jsonl").exists()
-                   and len((run / "metrics.jsonl").read_text().splitlines()) >= 1, timeout_s=600)
+        # progress.json is written after the step's checkpoint (metrics.jsonl before it: a kill between
+        # the two would resume at step 0)
+        wait_until("step 1 to be checkpointed", lambda: progress_step(RunDir(run)) >= 1, timeout_s=600)
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # coordinator and its local workers, mid-step 2 at the latest
         first.wait()
@@ -87,3 +92,6 @@ def test_sigkill_mid_step_resumes_at_the_checkpoint_with_identical_tokens_and_we
     assert resumed and resumed[-1]["identical"] and resumed[-1]["checkpoint_step"] >= 1
     assert sampled_tokens(run, 1) == sampled_tokens(micro_run, 1)
     assert same_weights(learner_weights(micro_run, 2), learner_weights(run, 2))
+    assert world_model_counts(micro_run, 1)["world_model/submissions"] > 0  # step 1 alone counts something
+    assert world_model_counts(run, 2) == world_model_counts(micro_run, 2)
+

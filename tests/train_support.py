@@ -51,6 +51,12 @@ def metrics_rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+def world_model_counts(run: Path, step: int) -> dict[str, float]:
+    """The world model's cumulative counters as logged with step ``step`` (1-based, as metrics.jsonl)."""
+    row = next(r for r in metrics_rows(run) if r["step"] == step)
+    return {k: v for k, v in row.items() if k.startswith("world_model/")}
+
+
 def coordinator_events(run: Path, name: str) -> list[dict]:
     lines = (run / "logs" / "coordinator-events.jsonl").read_text().splitlines()
     return [e for e in map(json.loads, lines) if e["event"] == name]

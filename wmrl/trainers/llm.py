@@ -29,6 +29,7 @@ import logging
 import math
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,9 @@ class LLMTrainer:
             "rng": self.rng.bit_generator.state, "totals": self.totals.to_dict(),
             "last_refit_step": self.last_refit_step, "last_eval": dict(self.last_eval),
             "task_ids": [t.task_id for t in self.train_tasks],
+            # cumulative world-model counters (JSON fallbacks, pre-check settles, calls): a resumed run
+            # continues them instead of counting from 0
+            "world_model_counts": dict(self.world_model.counts) if self.world_model is not None else {},
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -229,6 +233,8 @@ class LLMTrainer:
         self.totals = RunTotals.from_dict(state["totals"])
         self.last_refit_step = state["last_refit_step"]
         self.last_eval = dict(state["last_eval"])
+        if self.world_model is not None:
+            self.world_model.counts = Counter(state.get("world_model_counts", {}))  # absent before 2026-12
         if self.calibrator is not None:  # back to the end of the checkpointed step (later records cut)
             if self.step > 0 and (self.cal_dir / STATE_NAME).exists():
                 self.calibrator = Calibrator.load(self.cfg.algorithm, self.cal_dir, step=self.step - 1)
