@@ -15,18 +15,8 @@ from wmrl.environments.executed import ExecutedEnvironment
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.rollout import Feedback
-from wmrl.simulate.environment import make_environment
-from wmrl.simulate.policy import SoftmaxPolicy
-from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.step import StepResult, anchor_pairs, calibrator_for, wmrl_step, world_model_scores
-from wmrl.trainers.softmax import (
-    SoftmaxAgent,
-    SoftmaxLearner,
-    SyntheticExecution,
-    SyntheticWorldModelEnv,
-    printed_score,
-    synthetic_solutions,
-)
+from wmrl.trainers.simulator import simulated_parts
 
 # 8 groups of 4, 2 anchor groups (8 pairs) per step: f_hat is first fit at step 0, then every other step.
 SMALL = ["algorithm.groups_per_step=8", "algorithm.group_size=4", "algorithm.anchor_frac=0.25",
@@ -84,17 +74,11 @@ class Run:
     def __post_init__(self) -> None:
         self.variant = get_variant(self.variant_name)
         self.rng = np.random.default_rng(self.seed)
-        bench = make_environment(self.cfg.simulator, self.seed)
-        self.task_ids = [str(t) for t in range(bench.n_tasks)]
-        index = {t: i for i, t in enumerate(self.task_ids)}
-        self.policy = SoftmaxPolicy(bench.n_tasks, bench.n_candidates)
-        self.agent = SoftmaxAgent(self.policy, index, synthetic_solutions(bench))
-        self.learner = SoftmaxLearner(self.policy, index, self.cfg.simulator.lr)
-        execution = Timed(SyntheticExecution(bench, self.rng), 3.0)
+        parts = simulated_parts(self.cfg.simulator, self.seed, self.rng)  # what `wmrl simulate` steps
+        self.task_ids, self.policy, self.agent, self.learner = parts.task_ids, parts.policy, parts.agent, parts.learner
+        execution = Timed(parts.execution, 3.0)
         self.execution = FailingFirst(execution) if self.fail_execution else execution
-        wm = SyntheticWorldModelEnv(SyntheticWorldModel(self.cfg.simulator), lambda s: printed_score(s.code), self.rng,
-                                    index)
-        self.world_model = FailingFirst(wm) if self.fail_world_model else wm
+        self.world_model = FailingFirst(parts.world_model) if self.fail_world_model else parts.world_model
         self.calibrator = calibrator_for(self.variant, self.cfg.algorithm)
         if self.calibrator is not None:
             self.calibrator = RecordingCalibrator(self.cfg.algorithm, debias=self.variant.debias,

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from wmrl.grading.metrics import DIRECTIONS, get_metric
-from wmrl.tasks.task import TaskError
+from wmrl.tasks.task import CATEGORIES, Task, TaskError
 
 SAMPLE_SUBMISSION = "sample_submission.csv"
 
@@ -76,3 +76,16 @@ def metric_and_direction(metric: Any, direction: Any, where: Path) -> tuple[str,
 def overrides(path: Path) -> dict[str, Any]:
     """``<task>/wmrl_task.yaml``: optional user overrides (metric, name, category, split) for foreign layouts."""
     return read_mapping(path) if path.is_file() else {}
+
+
+def prepared_task(layout: str, root: Path, task_id: str, name: str, *, public: Path, private: Path, answers: Path,
+                  leaderboard: Path, description: Path | None, metric: str, direction: str,
+                  columns: tuple[str, tuple[str, ...]], category: Any, **extra: Any) -> Task:
+    """A task of an external benchmark's prepared layout (MLE-bench, MLE-Dojo): the sample submission is
+    ``public/sample_submission.csv``, ``columns`` its (id column, target columns), and a category wmrl
+    does not know is ``other``; ``extra``: the layout's own Task fields (rules, split, second board)."""
+    return Task(task_id=task_id, name=name, layout=layout, root=root, public_dir=public, private_dir=private,
+                answers_path=answers, leaderboard_path=leaderboard, metric_name=metric, direction=direction,
+                id_column=columns[0], target_columns=columns[1], description_path=description,
+                sample_submission_path=public / "sample_submission.csv",
+                category=str(category) if category in CATEGORIES else "other", **extra)

@@ -27,12 +27,13 @@ from wmrl.tasks.files import (
     first_existing,
     metric_and_direction,
     overrides,
+    prepared_task,
     read_mapping,
     require_dir,
     sample_submission_columns,
 )
 from wmrl.tasks.registry import registry
-from wmrl.tasks.task import CATEGORIES, Task, TaskError
+from wmrl.tasks.task import Task, TaskError
 
 ROUND_DIGITS = 5  # MLE-bench's Grader rounds every score to 5 decimals
 PREPARE_HINT = "MLE-bench's prepare step writes it (mlebench prepare -c {comp}); re-run it"
@@ -100,24 +101,10 @@ def load_mlebench(path: Path, competitions_dir: Path | None = None) -> Task:
     sample = public / "sample_submission.csv"
     id_column, targets = sample_submission_columns(sample, hint)
     description = first_existing(public / "description.md", *(p / "description.md" for p in places))
-    return Task(
-        task_id=comp,
-        name=str(config.get("name", path.name)),
-        layout="mlebench",
-        root=path,
-        public_dir=public,
-        private_dir=private,
-        answers_path=answers,
-        leaderboard_path=leaderboard,
-        metric_name=metric,
-        direction=direction,
-        id_column=id_column,
-        target_columns=targets,
-        description_path=description,
-        sample_submission_path=sample,
-        category=str(config.get("category", "other")) if config.get("category") in CATEGORIES else "other",
-        rules=GradingRules(round_digits=ROUND_DIGITS, probability_sum_atol=sum_atol, medals=True),
-    )
+    return prepared_task("mlebench", path, comp, str(config.get("name", path.name)), public=public, private=private,
+                         answers=answers, leaderboard=leaderboard, description=description, metric=metric,
+                         direction=direction, columns=(id_column, targets), category=config.get("category"),
+                         rules=GradingRules(round_digits=ROUND_DIGITS, probability_sum_atol=sum_atol, medals=True))
 
 
 def _answers(config: dict[str, Any], config_path: Path, path: Path, private: Path) -> Path:

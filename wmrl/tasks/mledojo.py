@@ -24,13 +24,14 @@ from wmrl.tasks.files import (
     first_existing,
     metric_and_direction,
     overrides,
+    prepared_task,
     require_dir,
     require_file,
     sample_submission_columns,
 )
 from wmrl.tasks.metric_source import MetricSource, read_metric_source
 from wmrl.tasks.registry import registry
-from wmrl.tasks.task import CATEGORIES, SPLITS, Task, TaskError
+from wmrl.tasks.task import SPLITS, Task, TaskError
 
 PREPARE_HINT = "MLE-Dojo's prepare step writes it (python prepare/mle.py --competitions {comp}); re-run it"
 
@@ -103,23 +104,9 @@ def load_mledojo(path: Path, competitions_dir: Path | None = None, boards: str =
     id_column, sample_targets = sample_submission_columns(sample, hint)
     source_path = first_existing(*(p / "utils" / "metric.py" for p in places))
     targets = _targets(read_metric_source(source_path) if source_path else None, sample, sample_targets)
-    return Task(
-        task_id=path.name,
-        name=str(override.get("name", path.name)),
-        layout="mledojo",
-        root=path,
-        public_dir=public,
-        private_dir=private,
-        answers_path=answers,
-        leaderboard_path=leaderboard,
-        metric_name=metric,
-        direction=direction,
-        id_column=id_column,
-        target_columns=targets,
-        description_path=description,
-        sample_submission_path=sample,
-        category=override.get("category", "other") if override.get("category") in CATEGORIES else "other",
-        split=override.get("split", "train") if override.get("split") in SPLITS else "train",
-        public_leaderboard_path=public_board,
-        rules=GradingRules(tie_tolerance=0.0, boards=boards),
-    )
+    return prepared_task("mledojo", path, path.name, str(override.get("name", path.name)), public=public,
+                         private=private, answers=answers, leaderboard=leaderboard, description=description,
+                         metric=metric, direction=direction, columns=(id_column, targets),
+                         category=override.get("category"), public_leaderboard_path=public_board,
+                         split=override.get("split", "train") if override.get("split") in SPLITS else "train",
+                         rules=GradingRules(tie_tolerance=0.0, boards=boards))

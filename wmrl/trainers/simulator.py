@@ -23,7 +23,9 @@ from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME
 from wmrl.calibration.pool import LOG_NAME
 from wmrl.config import WMRLConfig
+from wmrl.simulate.config import SimulatorConfig
 from wmrl.simulate.cost import CostMeter
+from wmrl.simulate.environment import Environment as Benchmark
 from wmrl.simulate.environment import make_environment
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.world_model import SyntheticWorldModel
@@ -103,6 +105,30 @@ def pool_directory(pool_root: Path, variant: str, seed: int) -> Path:
     return directory
 
 
+@dataclass
+class SimulatedParts:
+    """The step's parts of one simulated run: the synthetic benchmark, its softmax policy (agent and
+    learner), the synthetic execution and world model; the two environments draw from ``rng``."""
+
+    bench: Benchmark
+    task_ids: list[str]
+    policy: SoftmaxPolicy
+    agent: SoftmaxAgent
+    learner: SoftmaxLearner
+    execution: SyntheticExecution
+    world_model: SyntheticWorldModelEnv
+
+
+def simulated_parts(sim: SimulatorConfig, seed: int, rng: np.random.Generator) -> SimulatedParts:
+    bench = make_environment(sim, seed)
+    task_ids = [str(t) for t in range(bench.n_tasks)]
+    index = {t: i for i, t in enumerate(task_ids)}
+    policy = SoftmaxPolicy(bench.n_tasks, bench.n_candidates)
+    wm = SyntheticWorldModelEnv(SyntheticWorldModel(sim), lambda sub: printed_score(sub.code), rng, index)
+    return SimulatedParts(bench, task_ids, policy, SoftmaxAgent(policy, index, synthetic_solutions(bench)),
+                          SoftmaxLearner(policy, index, sim.lr, sim.entropy_coef), SyntheticExecution(bench, rng), wm)
+
+
 def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None = None) -> RunResult:
     """One run; with ``pool_root`` its anchor pairs are logged on disk as they arrive (see
     :func:`pool_directory`), the same files the coordinator keeps in ``RUN_DIR/calibration``."""
@@ -113,14 +139,8 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
     # nobody resumes a simulate run: its pool log is written for people to read, without an fsync per step
     calibrator = calibrator_for(variant, alg, directory, durable=False)
     rng = np.random.default_rng(seed)
-    bench = make_environment(sim, seed)
-    task_ids = [str(t) for t in range(bench.n_tasks)]
-    index = {t: i for i, t in enumerate(task_ids)}
-    policy = SoftmaxPolicy(bench.n_tasks, bench.n_candidates)
-    agent = SoftmaxAgent(policy, index, synthetic_solutions(bench))
-    learner = SoftmaxLearner(policy, index, sim.lr, sim.entropy_coef)
-    execution = SyntheticExecution(bench, rng)
-    wm = SyntheticWorldModelEnv(SyntheticWorldModel(sim), lambda sub: printed_score(sub.code), rng, index)
+    parts = simulated_parts(sim, seed, rng)
+    bench, policy, wm = parts.bench, parts.policy, parts.world_model
     meter = CostMeter(sim.cost)
     result = RunResult(
         variant=variant_name, seed=seed, optimum=bench.optimum(), initial_score=bench.score(policy.probs()),
@@ -134,8 +154,9 @@ def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None 
     for step in range(sim.steps):
         wm.step = step
         done = wmrl_step(
-            step, variant=variant, alg=alg, task_pool=task_ids, policy=agent, executed_env=execution,
-            world_model_env=wm if world_model_scores(variant) else None, learner=learner,
+            step, variant=variant, alg=alg, task_pool=parts.task_ids, policy=parts.agent,
+            executed_env=parts.execution, world_model_env=wm if world_model_scores(variant) else None,
+            learner=parts.learner,
             calibrator=calibrator, rng=rng,
         )
         meter.charge(executions=done.executions, wm_calls=done.wm_calls,
