@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from launch_support import REPO, progress_step, require_slurm, squeue_gone, wait_until
 from train_support import (
-    TINY_CONFIG,
     coordinator_events,
     learner_weights,
     micro_overrides,
@@ -17,6 +16,7 @@ from train_support import (
     world_model_counts,
 )
 
+from wmrl.configs import TINY_CONFIG
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.slurm import cancel_jobs, load_jobs
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_CONFIG = REPO / "wmrl" / "configs" / "tiny.yaml"  # what `wmrl train` runs without CONFIG
+
 
 
 def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[str]:
