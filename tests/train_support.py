@@ -16,7 +16,6 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-
 def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[str]:
     return [
         f"run_name={name}", f"runs_root={root}", f"model.path={model}", f"tracking.uri=sqlite:///{root}/mlflow.db",
