@@ -21,6 +21,7 @@ from wmrl.sft.data import (
     analysis_for,
     clean_reference,
     policy_examples,
+    spread_references,
     world_model_examples,
 )
 from wmrl.tasks.layouts import load_task
@@ -87,6 +88,13 @@ def test_policy_example_is_the_run_time_prompt_then_analysis_and_one_code_block(
     reply = parse_reply(tokenizer().decode(list(example.target_ids), skip_special_tokens=True))
     assert reply.ok and reply.code == clean_reference(REFERENCE) and "Reference solution" not in reply.code
     assert 2 <= reply.analysis.count(". ") + 1 <= 4
+
+
+def test_spread_references_keeps_the_weakest_and_strongest_at_even_ranks():
+    refs = list(range(10))  # sorted weakest first, as Task.reference_solutions returns them
+    assert spread_references(refs, 4) == [0, 3, 6, 9]
+    assert spread_references(refs, 0) == refs and spread_references(refs, 20) == refs
+    assert spread_references(refs, 1) == [9]
 
 
 def test_analysis_names_target_metric_and_model(task):

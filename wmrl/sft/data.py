@@ -3,8 +3,9 @@
 - **policy** (kind ``"agent"``): the first turn's rendered prompt ids (system prompt + task overview, as
   :class:`~wmrl.agent.policy.AgentPolicy` renders them) -> a reply of 2-4 sentences of analysis, then
   ONE fenced Python block holding a reference solution of a built-in TRAINING task, then the end of
-  turn. Every reference of every training task, weak ones included, so that sampling at temperature 1
-  spreads over solutions of different strength (the spread GRPO learns from).
+  turn. References spread over each task's leaderboard, weak ones included (``sft.references_per_task``;
+  default every one), so that sampling spreads over solutions of different strength (the spread GRPO
+  learns from).
 - **world model** (kind ``"world_model"``): each configured check's rendered prompt ids (as
   :class:`~wmrl.world_model.env.WorldModelEnvironment` renders them) -> the strict JSON that check
   should answer, derived from the REALLY executed outcome of a reference or a broken variant
@@ -80,14 +81,23 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def spread_references(refs: Sequence[Any], k: int) -> list[Any]:
+    """``k`` of ``refs`` (sorted weakest first) at evenly spaced ranks, both ends included; all if k is 0."""
+    if k <= 0 or k >= len(refs):
+        return list(refs)
+    if k == 1:
+        return [refs[-1]]
+    return [refs[round(i * (len(refs) - 1) / (k - 1))] for i in range(k)]
+
+
 def policy_examples(tokenizer: Any, tasks: Sequence[Any], overviews: Mapping[str, str], context: PromptContext,
-                    prompt_style: str, max_tokens: int, data: SFTData) -> None:
+                    prompt_style: str, max_tokens: int, data: SFTData, references_per_task: int = 0) -> None:
     chat = ChatTokens(tokenizer)
     system = system_prompt(context, prompt_style)
     end = [tokenizer.eos_token_id]
     for task in tasks:
         prompt = chat.first_prompt(agent_messages(system, overviews[task.task_id]))
-        for ref in task.reference_solutions():
+        for ref in spread_references(task.reference_solutions(), references_per_task):
             code = clean_reference(ref.code)
             target = _ids(tokenizer, reply_text(analysis_for(task, code, ref.note), code)) + end
             _add(data, SFTExample(prompt, target, AGENT), max_tokens)
@@ -146,7 +156,8 @@ def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = T
     agent_ctx, sim_ctx, _ = run_context(cfg)
     data = SFTData([])
     train = [t for t in tasks if t.split == "train"]
-    policy_examples(tokenizer, train, overviews, agent_ctx, cfg.agent.prompt_style, max_tokens, data)
+    policy_examples(tokenizer, train, overviews, agent_ctx, cfg.agent.prompt_style, max_tokens, data,
+                    cfg.sft.references_per_task)
     wm = cfg.world_model
     variants = make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
     sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
