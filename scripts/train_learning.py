@@ -1,12 +1,15 @@
-"""Does the tiny default really learn? `wmrl train` over seeds, before/after scores, executions per variant.
+"""Does the tiny default really learn? Before/after scores and executions of a `wmrl train` sweep's runs.
 
-    python scripts/train_learning.py --seeds 3 --variants wmrl,grpo_real [key=value ...]
+    wmrl sweep sweeps/tiny_train.yaml --max-parallel 2       # the runs (wmrl and grpo_real, 3 seeds)
+    python scripts/train_learning.py runs/sweeps/tiny_train  # this report
 
-Each (variant, seed) is one `wmrl train` run (the embedded default plus the overrides) under
-``runs/learning/``; a finished run is not re-run. The report (``results/train/learning.{md,json}``)
-gives, per variant and split, the mean true score of freshly sampled solutions, really executed, before
-and after training (the run's own ``evals.jsonl``): mean ± standard error over seeds of the per-seed
-sample means, and of the per-seed improvement; and the trajectories each variant executed during training.
+For every finished run of the sweep (its ``config.yaml`` names variant and seed), the run's own
+``evals.jsonl`` holds the mean true score of freshly sampled solutions, really executed, before the
+first step and after the last (``sample_mean``: the mean over tasks x k samples of that evaluation).
+The report (``results/train/learning.{md,json}``) gives per variant and split: mean ± standard error
+over seeds of those per-seed means, of the per-seed gain (after - before) and the gain in standard
+errors; the trajectories each variant executed during training (``progress.json``), and their ratio
+to ``grpo_real``'s; and each run's wall time.
 """
 
 from __future__ import annotations
@@ -14,25 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_one(variant: str, seed: int, root: Path, overrides: list[str]) -> Path:
-    name = f"{variant}-s{seed}"
-    run = root / name
-    if (run / "ENDED").exists() and "finished" in (run / "ENDED").read_text():
-        return run
-    cmd = [sys.executable, "-m", "wmrl.cli.main", "train", f"run_name={name}", f"runs_root={root}",
-           f"algorithm.variant={variant}", f"algorithm.seed={seed}", f"sampling.seed={seed}", *overrides]
-    print("$", " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, cwd=REPO, check=True)
-    return run
+REFERENCE = "grpo_real"
 
 
 def read_evals(run: Path) -> dict[tuple[str, str], dict]:
@@ -49,47 +41,71 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return float(x.mean()), se
 
 
+def finished_runs(sweep: Path) -> dict[str, list[Path]]:
+    """Finished run directories of the sweep by variant, in seed order."""
+    by_variant: dict[str, list[tuple[int, Path]]] = {}
+    for run in sorted((sweep / "runs").iterdir()):
+        ended = run / "ENDED"
+        if not ended.is_file() or json.loads(ended.read_text()).get("reason") != "finished":
+            continue
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        by_variant.setdefault(cfg["algorithm"]["variant"], []).append((int(cfg["algorithm"]["seed"]), run))
+    return {v: [run for _, run in sorted(runs)] for v, runs in by_variant.items()}
+
+
+def wall_minutes(run: Path) -> float:
+    stamps = [json.loads(line)["at"] for line in (run / "evals.jsonl").read_text().splitlines()]
+    manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").is_file() else {}
+    start = manifest.get("created_at", min(stamps))
+    return (max(stamps) - start) / 60
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--variants", default="wmrl,grpo_real")
-    parser.add_argument("--root", default=str(REPO / "runs" / "learning"))
+    parser.add_argument("sweep", nargs="?", default=str(REPO / "runs" / "sweeps" / "tiny_train"))
     parser.add_argument("--out", default=str(REPO / "results" / "train"))
-    parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    root, out = Path(args.root), Path(args.out)
+    sweep, out = Path(args.sweep), Path(args.out)
+    runs = finished_runs(sweep)
+    if not runs:
+        print(f"no finished run under {sweep}/runs", file=sys.stderr)
+        return 1
+    executed = {v: [json.loads((r / "progress.json").read_text())["executions"] for r in rs] for v, rs in runs.items()}
     rows, table = [], []
-    for variant in args.variants.split(","):
-        runs = [run_one(variant, s, root, args.overrides) for s in range(args.seeds)]
+    for variant, rs in runs.items():
         for split in ("train", "heldout"):
-            before, after = [], []
-            for run in runs:
-                evals = read_evals(run)
-                if ("before", split) in evals and ("after", split) in evals:
-                    before.append(evals[("before", split)]["sample_mean"])
-                    after.append(evals[("after", split)]["sample_mean"])
-            if not before:
+            pairs = [(e[("before", split)]["sample_mean"], e[("after", split)]["sample_mean"])
+                     for e in map(read_evals, rs) if ("before", split) in e and ("after", split) in e]
+            if not pairs:
                 continue
+            before, after = [b for b, _ in pairs], [a for _, a in pairs]
             (b, bse), (a, ase) = mean_se(before), mean_se(after)
-            d, dse = mean_se([y - x for x, y in zip(before, after)])
-            executed = [json.loads((r / "progress.json").read_text())["executions"] for r in runs]
-            rows.append({"variant": variant, "split": split, "seeds": len(before), "before": b, "before_se": bse,
+            d, dse = mean_se([y - x for x, y in pairs])
+            ratio = (float(np.mean(executed[variant]) / np.mean(executed[REFERENCE]))
+                     if REFERENCE in executed and np.mean(executed[REFERENCE]) > 0 else float("nan"))
+            rows.append({"variant": variant, "split": split, "seeds": len(pairs), "before": b, "before_se": bse,
                          "after": a, "after_se": ase, "gain": d, "gain_se": dse,
                          "gain_in_se": d / dse if dse and dse > 0 else float("nan"),
-                         "executions_mean": float(np.mean(executed))})
-            table.append(f"| {variant} | {split} | {len(before)} | {b:.4f} ± {bse:.4f} | {a:.4f} ± {ase:.4f} | "
-                         f"{d:+.4f} ± {dse:.4f} ({rows[-1]['gain_in_se']:.1f} SE) | {np.mean(executed):.0f} |")
+                         "per_seed": [{"before": x, "after": y} for x, y in pairs],
+                         "executions": executed[variant], "executions_vs_grpo_real": ratio,
+                         "wall_minutes": [round(wall_minutes(r), 1) for r in rs]})
+            table.append(f"| {variant} | {split} | {len(pairs)} | {b:.4f} ± {bse:.4f} | {a:.4f} ± {ase:.4f} | "
+                         f"{d:+.4f} ± {dse:.4f} ({rows[-1]['gain_in_se']:.1f} s.e.) | "
+                         f"{np.mean(executed[variant]):.0f} ({ratio:.1%} of {REFERENCE}) |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(rows, indent=1) + "\n")
-    header = ["| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | executions in training |",
-              "|---|---|---|---|---|---|---|"]
-    text = "\n".join(header + table)
+    header = ["| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
+              "in training |", "|---|---|---|---|---|---|---|"]
+    walls = "; ".join(f"{r['variant']}: {', '.join(map(str, r['wall_minutes']))} min" for r in rows
+                      if r["split"] == "train")
     (out / "learning.md").write_text(
         "# Does the tiny default learn?\n\nMean true score of freshly sampled solutions, really executed "
-        "(per-seed mean over tasks x k samples; mean ± standard error over seeds).\n\n"
-        f"Command: `python scripts/train_learning.py --seeds {args.seeds} --variants {args.variants} "
-        f"{' '.join(args.overrides)}`\n\n{text}\n")
-    print(text)
+        "(per seed: the mean over tasks x k samples of one evaluation; then mean ± standard error over "
+        "seeds). Gain = after - before, per seed.\n\n"
+        f"Runs: `wmrl sweep sweeps/tiny_train.yaml --max-parallel 2`; report: "
+        f"`python scripts/train_learning.py {args.sweep}`.\n\n" + "\n".join(header + table) +
+        f"\n\nWall time per run (two runs at once, one torch thread each, 2 cores): {walls}.\n")
+    print("\n".join(header + table))
     return 0
 
 
