@@ -38,3 +38,48 @@ def test_simulate_rejects_an_unknown_scenario(tmp_path, capsys):
 def test_simulate_reports_config_errors_with_exit_code_2(tmp_path, bad, capsys):
     assert main(["simulate", bad, "--out", str(tmp_path)]) == 2
     assert "simulator." in capsys.readouterr().err
+
+
+def _simulate(out, *extra):
+    return main(["simulate", "simulator.steps=20", "simulator.log_every=5", "--variants", "wmrl,grpo_real",
+                 "--seeds", "1", "--workers", "1", "--out", str(out), *extra])
+
+
+def test_simulate_logs_every_run_through_its_outbox_and_compare_reads_both_sources_alike(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from wmrl.tracking.outbox import Outbox
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out = tmp_path / "sim"
+    assert _simulate(out, f"tracking.uri={uri}", "tracking.experiment=sim-test") == 0
+    client = MlflowClient(uri)
+    for variant in ("wmrl", "grpo_real"):
+        run_dir = out / "runs" / f"{variant}-seed0"
+        assert Outbox(run_dir).pending() == [] and Outbox(run_dir).records()[-1]["kind"] == "status"
+        run = client.get_run((run_dir / "mlflow_run_id").read_text().strip())
+        assert run.info.status == "FINISHED"
+        assert run.data.params["algorithm.variant"] == variant and run.data.params["simulator.steps"] == "20"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "sim/score")] == [5, 10, 15, 20]
+        assert "final/score" in run.data.metrics and "cost/execution_gpu_hours" in run.data.metrics
+    capsys.readouterr()
+    assert main(["compare", str(out), "--out", str(tmp_path / "from_dir")]) == 0
+    assert main(["compare", "--tracking-uri", uri, "--experiment", "sim-test", "--out", str(tmp_path / "from_mlflow"),
+                 "--no-log"]) == 0
+    assert (tmp_path / "from_dir" / "compare.csv").read_text() == (tmp_path / "from_mlflow" / "compare.csv").read_text()
+
+
+def test_simulate_keeps_the_records_a_down_store_missed_for_wmrl_sync(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+    from mlflow_server import free_port
+
+    out = tmp_path / "sim"
+    down = f"http://127.0.0.1:{free_port()}"
+    assert _simulate(out, f"tracking.uri={down}", "tracking.request_timeout_s=2") == 0
+    assert "wmrl sync" in capsys.readouterr().err
+    run_dir = out / "runs" / "wmrl-seed0"
+    assert not (run_dir / "mlflow_run_id").exists()
+    uri = f"sqlite:///{tmp_path}/later.db"
+    assert main(["sync", str(run_dir), f"tracking.uri={uri}"]) == 0
+    run_id = (run_dir / "mlflow_run_id").read_text().strip()
+    assert [m.step for m in MlflowClient(uri).get_metric_history(run_id, "sim/score")] == [5, 10, 15, 20]

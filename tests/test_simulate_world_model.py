@@ -149,7 +149,7 @@ def test_simulate_keeps_each_runs_anchor_pool_on_disk(tmp_path) -> None:
     rc = main(["simulate", "simulator.steps=40", "tracking.enabled=false", "simulator.phi=0.2 + 0.6*r",
                "--variants", "wmrl", "--seeds", "1", "--workers", "1", "--out", str(out)])
     assert rc == 0
-    pool = AnchorPool.load(out / "pools" / "wmrl-seed0")
+    pool = AnchorPool.load(out / "runs" / "wmrl-seed0")
     runs = json.loads((out / "runs.json").read_text())
     assert len(pool) == runs[0]["history"]["n_pairs"][-1] > 0
-    assert (out / "pools" / "wmrl-seed0" / "calibrator.json").exists()
+    assert (out / "runs" / "wmrl-seed0" / "calibrator.json").exists()

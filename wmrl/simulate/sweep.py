@@ -52,22 +52,41 @@ def run_sweep(
     """Train every (variant, seed); ``on_result`` sees each run as it finishes (in this process);
     ``pool_root``: keep each run's anchor pairs there (``train``)."""
     variants = check_variants(variants)
-    jobs = [(cfg, v, int(s), pool_root) for v in variants for s in seeds]
+    sweep = run_jobs([(cfg, v, int(s), pool_root) for v in variants for s in seeds], workers, on_result,
+                     progress, desc)
+    order = {v: i for i, v in enumerate(variants)}
+    sweep.runs.sort(key=lambda r: (order[r.variant], r.seed))
+    return sweep
+
+
+def _indexed_job(item: tuple[int, tuple[WMRLConfig, str, int, Path | None]]) -> tuple[int, RunResult]:
+    return item[0], _job(item[1])
+
+
+def run_jobs(
+    jobs: Sequence[tuple[WMRLConfig, str, int, Path | None]],
+    workers: int = 2,
+    on_result: Callable[[RunResult], None] | None = None,
+    progress: bool | None = None,
+    desc: str = "simulate",
+) -> SweepResult:
+    """Train every ``(config, variant, seed, pool_root)`` job (configs may differ: a grid); the runs come
+    back in the order of the jobs."""
     show = sys.stderr.isatty() if progress is None else progress
     started, load_start = time.perf_counter(), _load()
-    results: list[RunResult] = []
+    results: dict[int, RunResult] = {}
     bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not show)
     if workers <= 1:
-        stream = map(_job, jobs)
+        stream = map(_indexed_job, enumerate(jobs))
         pool = None
     else:
         # fork: workers inherit the imported modules, so a run starts in milliseconds
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
         pool = ctx.Pool(processes=workers)
-        stream = pool.imap_unordered(_job, jobs)
+        stream = pool.imap_unordered(_indexed_job, enumerate(jobs))
     try:
-        for result in stream:
-            results.append(result)
+        for index, result in stream:
+            results[index] = result
             if on_result is not None:
                 on_result(result)
             bar.update(1)
@@ -76,10 +95,8 @@ def run_sweep(
         if pool is not None:
             pool.close()
             pool.join()
-    order = {v: i for i, v in enumerate(variants)}
-    results.sort(key=lambda r: (order[r.variant], r.seed))
-    return SweepResult(runs=results, wall_seconds=time.perf_counter() - started, workers=workers,
-                       load_average=(load_start, _load()))
+    return SweepResult(runs=[results[i] for i in range(len(jobs))], wall_seconds=time.perf_counter() - started,
+                       workers=workers, load_average=(load_start, _load()))
 
 
 def _load() -> float:

@@ -55,27 +55,32 @@ def from_sweep_dir(root: Path) -> list[RunRecord]:
     import yaml
 
     from wmrl.sweep.state import MLFLOW_DONE, RESULT
-    from wmrl.trainers.simulator import _audit_warned
 
     records = []
     for run in sorted((root / "runs").iterdir()):
         if not (run / RESULT).exists():
             continue
         alg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))["algorithm"]  # written resolved
-        res = read_json(run / RESULT)
-        hist = res["history"]
         done = run / MLFLOW_DONE
-        records.append(RunRecord(
-            name=run.name, variant=alg["variant"], seed=int(alg["seed"]),
-            anchor_frac=float(alg["anchor_frac"]), w_max=float(alg["w_max"]),
-            final_score=res["final_score"], gpu_hours=res["gpu_hours"],
-            eta2=_num((hist.get("eta2") or [None])[-1]), rho=_num((hist.get("rho") or [None])[-1]),
-            audit_warned=_audit_warned(res["audit"]) if res.get("audit") else None,
-            phase_hours={k: v / 3600.0 for k, v in (res.get("phase_seconds") or {}).items()},
-            curve_hours=list(hist["gpu_hours"]), curve_score=list(hist["score"]),
-            run_id=read_json(done)["run_id"] if done.exists() else None,
-        ))
+        records.append(from_result(run.name, alg, read_json(run / RESULT),
+                                   read_json(done)["run_id"] if done.exists() else None))
     return records
+
+
+def from_result(name: str, alg: dict[str, Any], res: dict[str, Any], run_id: str | None = None) -> RunRecord:
+    """The record of a simulator run: ``alg`` its algorithm section, ``res`` its RunResult as a dict."""
+    from wmrl.trainers.simulator import _audit_warned
+
+    hist = res["history"]
+    return RunRecord(
+        name=name, variant=alg["variant"], seed=int(alg["seed"]),
+        anchor_frac=float(alg["anchor_frac"]), w_max=float(alg["w_max"]),
+        final_score=res["final_score"], gpu_hours=res["gpu_hours"],
+        eta2=_num((hist.get("eta2") or [None])[-1]), rho=_num((hist.get("rho") or [None])[-1]),
+        audit_warned=_audit_warned(res["audit"]) if res.get("audit") else None,
+        phase_hours={k: v / 3600.0 for k, v in (res.get("phase_seconds") or {}).items()},
+        curve_hours=list(hist["gpu_hours"]), curve_score=list(hist["score"]), run_id=run_id,
+    )
 
 
 # --------------------------------------------------------------------------- records.jsonl

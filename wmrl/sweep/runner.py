@@ -70,7 +70,7 @@ def _parent_run(spec: SweepSpec, sweep: SweepDir, base: WMRLConfig, state: dict[
         return None
     from mlflow.tracking import MlflowClient
 
-    from wmrl.tracking.tracker import experiment_id
+    from wmrl.tracking.store import experiment_id
 
     client = MlflowClient(base.tracking.uri)
     if state.get("parent_run_id"):

@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
 
-from wmrl.config import WMRLConfig, load_config, to_flat_dict
-from wmrl.io import atomic_write_json, atomic_write_text, read_json
+from wmrl.config import WMRLConfig, load_config
+from wmrl.io import atomic_write_json, read_json
 from wmrl.simulate.report import _json_safe
 from wmrl.sweep.state import MLFLOW_DONE, MLFLOW_PENDING, RESULT
 
@@ -34,49 +33,35 @@ def compute(run_dir: str, cfg: WMRLConfig | None = None) -> str:
     return run_dir
 
 
-def final_metrics(result: dict[str, Any]) -> dict[str, float | None]:
-    """The run's closing figures, as ``wmrl compare`` reads them back from MLflow."""
-    from wmrl.trainers.simulator import _audit_warned
-
-    hist = result.get("history", {})
-    out: dict[str, float | None] = {
-        "final/score": result["final_score"],
-        "final/gpu_hours": result["gpu_hours"],
-        "final/executions": float(result["executions"]),
-        "final/rho": (hist.get("rho") or [None])[-1],
-        "final/eta2": (hist.get("eta2") or [None])[-1],
-        "final/audit_warned": float(_audit_warned(result.get("audit"))) if result.get("audit") else None,
-    }
-    for phase, seconds in (result.get("phase_seconds") or {}).items():
-        out[f"cost/{phase}_gpu_hours"] = seconds / 3600.0
-    return out
-
-
 def log_run(run_dir: Path, sweep_name: str, cfg: WMRLConfig | None = None) -> str | None:
-    """Log a computed run as an MLflow child run of the sweep (the config names the parent).
+    """Log a computed run as an MLflow child run of the sweep (the config names the parent), through the
+    run's tracking outbox (:mod:`wmrl.simulate.tracking`): its records are written once, whole, and sent
+    in order, so a driver killed while sending resumes where it stopped and no metric is counted twice.
 
-    A child left half-logged by a killed driver (its id in ``mlflow_run_id``, no ``mlflow.json``) was
-    created by this code: it is deleted (MLflow keeps it restorable) and logged again, so no metric
-    is ever counted twice."""
-    from wmrl.tracking import Tracker
+    A child left half-logged by the earlier direct logging (its id in ``mlflow_run_id``, no outbox) was
+    created by this code: it is deleted (MLflow keeps it restorable) and logged again."""
+    from wmrl.simulate.tracking import run_records
+    from wmrl.tracking.outbox import Outbox
+    from wmrl.tracking.run_tracker import sync_run
 
     cfg = cfg or load_config(run_dir / "config.yaml")
     if not cfg.tracking.enabled:
         return None
-    result = read_json(run_dir / RESULT)
-    pending = run_dir / MLFLOW_PENDING
-    if pending.exists():
-        from mlflow.tracking import MlflowClient
+    outbox = Outbox(run_dir)
+    if not outbox.records():
+        legacy = run_dir / MLFLOW_PENDING
+        if legacy.exists():
+            from mlflow.tracking import MlflowClient
 
-        MlflowClient(cfg.tracking.uri).delete_run(pending.read_text().strip())
-    tags = {"wmrl.kind": "simulate", "wmrl.sweep": sweep_name, "wmrl.variant": cfg.algorithm.variant,
-            "wmrl.run_dir": str(run_dir)}
-    with Tracker(cfg.tracking, cfg.run_name, params=to_flat_dict(cfg), tags=tags) as tracker:
-        atomic_write_text(pending, f"{tracker.run_id}\n")
-        tracker.log_history({f"sim/{k}": v for k, v in result["history"].items()}, result["steps"])
-        tracker.log_metrics({k: v for k, v in final_metrics(result).items() if v is not None},
-                            step=result["steps"][-1])
-        tracker.log_artifact(run_dir / "config.yaml")
-    atomic_write_json(run_dir / MLFLOW_DONE, {"run_id": tracker.run_id})
-    pending.unlink()
-    return tracker.run_id
+            MlflowClient(cfg.tracking.uri).delete_run(legacy.read_text().strip())
+            legacy.unlink()
+        tags = {"wmrl.kind": "simulate", "wmrl.sweep": sweep_name, "wmrl.variant": cfg.algorithm.variant,
+                "wmrl.run_dir": str(run_dir)}
+        outbox.extend(run_records(read_json(run_dir / RESULT), cfg, cfg.run_name, tags,
+                                  [(run_dir / "config.yaml", None)]))
+    report = sync_run(run_dir, cfg.tracking)
+    if report.error:
+        raise RuntimeError(f"{report.pending} tracking record(s) not sent: {report.error}")
+    run_id = (run_dir / MLFLOW_PENDING).read_text().strip()
+    atomic_write_json(run_dir / MLFLOW_DONE, {"run_id": run_id})
+    return run_id

@@ -1,6 +1,6 @@
-"""Run tracking (MLflow)."""
+"""Run tracking (MLflow), through each run's outbox (``RUN_DIR/tracking/``)."""
 
 from wmrl.tracking.config import TrackingConfig
-from wmrl.tracking.tracker import Tracker
+from wmrl.tracking.run_tracker import RunTracker, sync_run
 
-__all__ = ["Tracker", "TrackingConfig"]
+__all__ = ["RunTracker", "TrackingConfig", "sync_run"]

@@ -14,17 +14,20 @@ artifacts and the run status overwrite themselves with the same value. So every 
 store exactly once in effect, however often sending is interrupted.
 
 One writer appends (the run's coordinator, which holds the run lock); ``wmrl sync`` only sends.
+A run whose records are all known at once (a finished ``wmrl simulate`` run) writes them with
+:meth:`Outbox.extend`: a new journal appears whole or not at all.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wmrl.io import append_line_durable, atomic_write_json, read_json
+from wmrl.io import atomic_write_json, atomic_write_text, read_json
 
 DIRECTORY = "tracking"
 KINDS = ("create", "resume", "metrics", "tags", "artifact", "status")
@@ -52,15 +55,29 @@ class Outbox:
     # ------------------------------------------------------------------ writing
     def append(self, kind: str, **data: Any) -> int:
         """Durably add one record; returns its sequence number."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown tracking record kind {kind!r}; allowed: {', '.join(KINDS)}")
+        return self.extend([(kind, data)])[0]
+
+    def extend(self, records: list[tuple[str, dict[str, Any]]]) -> list[int]:
+        """Add many ``(kind, data)`` records in one write; a journal that does not exist yet is written
+        atomically (all records or none), an existing one gets them appended with one fsync."""
+        for kind, _ in records:
+            if kind not in KINDS:
+                raise ValueError(f"unknown tracking record kind {kind!r}; allowed: {', '.join(KINDS)}")
         if self._next is None:
             self._next = max((r["seq"] for r in self.records()), default=-1) + 1
-        seq = self._next
-        append_line_durable(self.journal, json.dumps({"seq": seq, "kind": kind, **data}, sort_keys=True,
-                                                     allow_nan=False))
-        self._next += 1
-        return seq
+        seqs = list(range(self._next, self._next + len(records)))
+        text = "".join(json.dumps({"seq": seq, "kind": kind, **data}, sort_keys=True, allow_nan=False) + "\n"
+                       for seq, (kind, data) in zip(seqs, records))
+        if not self.journal.exists():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.journal, text)
+        else:  # one fsync for the lot; a crash can tear only the last line written, which records() skips
+            with open(self.journal, "ab") as handle:
+                handle.write(text.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+        self._next += len(records)
+        return seqs
 
     # ------------------------------------------------------------------ reading
     def records(self) -> list[dict[str, Any]]:

@@ -26,11 +26,12 @@ from typing import Any, Self
 from wmrl.io import atomic_write_text
 from wmrl.tracking.config import TrackingConfig
 from wmrl.tracking.outbox import Outbox
-from wmrl.tracking.tracker import _MAX_PARAM_CHARS, experiment_id
+from wmrl.tracking.store import MAX_PARAM_CHARS, experiment_id
 
 log = logging.getLogger(__name__)
 MLFLOW_RUN_ID = "mlflow_run_id"
 SYNC_TIMEOUT_S = 60
+METRICS_PER_REQUEST = 1000  # MLflow's limit on the metrics of one log_batch
 
 
 def configure_mlflow_http(cfg: TrackingConfig) -> None:
@@ -58,7 +59,7 @@ class MlflowSink:
             return None
 
     def send(self, record: dict[str, Any]) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import RunTag
 
         kind = record["kind"]
         if kind == "create":
@@ -71,10 +72,7 @@ class MlflowSink:
         if kind == "resume":
             self.client.update_run(run_id, status="RUNNING")
         elif kind == "metrics":
-            batch = [Metric(k, float(v), int(record["timestamp_ms"]), int(record["step"]))
-                     for k, v in sorted(record["values"].items())]
-            for start in range(0, len(batch), 1000):  # MLflow's batch limit on metrics
-                self.client.log_batch(run_id, metrics=batch[start : start + 1000])
+            self.send_metrics([record])
         elif kind == "tags":
             self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in sorted(record["tags"].items())])
         elif kind == "artifact":
@@ -83,12 +81,24 @@ class MlflowSink:
         elif kind == "status":
             self.client.set_terminated(run_id, status=record["status"])
 
+    def send_metrics(self, records: list[dict[str, Any]]) -> None:
+        """Several steps' metrics records in as few requests as MLflow allows (1000 metrics each)."""
+        from mlflow.entities import Metric
+
+        run_id = self.run_id
+        if run_id is None:
+            raise RuntimeError("no MLflow run yet: its 'create' record is missing from the outbox")
+        batch = [Metric(k, float(v), int(r["timestamp_ms"]), int(r["step"]))
+                 for r in records for k, v in sorted(r["values"].items())]
+        for start in range(0, len(batch), METRICS_PER_REQUEST):
+            self.client.log_batch(run_id, metrics=batch[start : start + METRICS_PER_REQUEST])
+
     def _create(self, record: dict[str, Any]) -> None:
         from mlflow.entities import Param
 
         run = self.client.create_run(experiment_id(self.client, self.cfg), run_name=record["run_name"], tags=record.get("tags") or {})
         atomic_write_text(self.id_path, run.info.run_id + "\n")
-        params = [Param(k, str(v)[:_MAX_PARAM_CHARS]) for k, v in sorted(record.get("params", {}).items())]
+        params = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in sorted(record.get("params", {}).items())]
         for start in range(0, len(params), 100):  # MLflow's batch limit on params
             self.client.log_batch(run.info.run_id, params=params[start : start + 100])
 
@@ -100,6 +110,22 @@ class SendReport:
     error: str | None
 
 
+def _chunks(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The records in order, consecutive metrics records grouped up to one request's worth."""
+    out: list[list[dict[str, Any]]] = []
+    size = 0
+    for record in records:
+        n = len(record.get("values", ())) if record["kind"] == "metrics" else 0
+        last = out[-1] if out else None
+        if n and last is not None and last[-1]["kind"] == "metrics" and size + n <= METRICS_PER_REQUEST:
+            last.append(record)
+            size += n
+        else:
+            out.append([record])
+            size = n
+    return out
+
+
 def send_pending(outbox: Outbox, sink: MlflowSink | None, cfg: TrackingConfig, run_path: Path,
                  failing_since: float | None = None) -> tuple[SendReport, MlflowSink | None]:
     """Send the outbox in order until done or the first failure; record the outcome in state.json."""
@@ -107,10 +133,13 @@ def send_pending(outbox: Outbox, sink: MlflowSink | None, cfg: TrackingConfig, r
     pending = outbox.pending()
     try:
         sink = sink or MlflowSink(cfg, run_path)
-        for record in pending:
-            sink.send(record)
-            outbox.mark_sent(record["seq"])
-            sent += 1
+        for chunk in _chunks(pending):
+            if len(chunk) > 1:  # consecutive metrics records: one request (a backlog of steps, a finished run)
+                sink.send_metrics(chunk)
+            else:
+                sink.send(chunk[0])
+            outbox.mark_sent(chunk[-1]["seq"])
+            sent += len(chunk)
     except Exception as err:  # noqa: BLE001 - any tracking failure must leave training alone
         error = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
     now = time.time()
@@ -122,7 +151,7 @@ def send_pending(outbox: Outbox, sink: MlflowSink | None, cfg: TrackingConfig, r
 
 
 class RunTracker:
-    """The coordinator's tracker: same methods as :class:`wmrl.tracking.Tracker`, never raising."""
+    """A run's tracker (the coordinator's, ``wmrl train``'s): records go to the outbox first, never raising."""
 
     def __init__(self, cfg: TrackingConfig, run_path: Path, run_name: str,
                  params: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None) -> None:
