@@ -7,8 +7,9 @@
       sent.json      {"upto": seq}: every record up to seq has reached the tracking store
       state.json     what `wmrl status` shows: pending records, the last error, since when it fails
 
-Records are sent in ``seq`` order and ``sent.json`` moves forward after each one. A crash between
-sending and moving it re-sends the record later, which changes nothing in MLflow: metrics carry
+Records are sent in ``seq`` order and ``sent.json`` moves forward after each sending (one record for a
+running coordinator, a whole backlog for ``wmrl sync``). A crash between sending and moving it re-sends
+those records later, which changes nothing in MLflow: metrics carry
 their own timestamp (MLflow stores a metric once per (key, step, timestamp, value)), params, tags,
 artifacts and the run status overwrite themselves with the same value. So every record reaches the
 store exactly once in effect, however often sending is interrupted.

@@ -138,10 +138,11 @@ def send_pending(outbox: Outbox, sink: MlflowSink | None, cfg: TrackingConfig, r
                 sink.send_metrics(chunk)
             else:
                 sink.send(chunk[0])
-            outbox.mark_sent(chunk[-1]["seq"])
             sent += len(chunk)
     except Exception as err:  # noqa: BLE001 - any tracking failure must leave training alone
         error = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    if sent:  # once per call, not per record: a crash before it re-sends them, which changes nothing
+        outbox.mark_sent(pending[sent - 1]["seq"])
     now = time.time()
     if error:
         outbox.write_state(error, failing_since or now, None)
