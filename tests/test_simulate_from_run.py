@@ -133,24 +133,16 @@ def test_plan_prints_fitted_parameters_and_a_compare_table(synthetic_run, tmp_pa
     assert (tmp_path / "again" / "compare.csv").read_text() == (out / "plan.csv").read_text()
 
 
-def test_from_run_plans_a_sweep_from_a_real_micro_train_run(tmp_path_factory, capsys):
-    """`wmrl train` (3 steps of a micro model, real workers and DeepSpeed), then the plan from its run dir."""
-    from tests.models_support import build_tiny
-    from tests.test_train_llm import micro_overrides, train
-
-    root = tmp_path_factory.mktemp("train")
-    model = build_tiny(root / "cache", root / "model" / "tiny", max_position_embeddings=16384)
-    done = train(*micro_overrides(root / "runs", model, "micro", steps=3))
-    assert done.returncode == 0, done.stdout + done.stderr
-    run = root / "runs" / "micro"
-    out = root / "plan"
-    # 3 steps x 1 anchor group of 2: 6 pairs, below the default minimum of 30
-    assert main(["simulate", "--from-run", str(run), "--seeds", "1", "--out", str(out)]) == 2
-    assert "has 6 anchor pair(s)" in capsys.readouterr().err
-    assert main(["simulate", "--from-run", str(run), "--min-pairs", "6", "--seeds", "1", "--variants", "wmrl,grpo_real",
-                 "--anchor-fracs", "0.5", "--w-maxes", "2", "--out", str(out)]) == 0
+def test_from_run_plans_a_sweep_from_a_real_micro_train_run(micro_run, tmp_path, capsys):
+    """The plan from the run dir of `wmrl train` (2 steps of a micro model, real workers and DeepSpeed)."""
+    out = tmp_path / "plan"
+    # 2 steps x 1 anchor group of 2: 4 pairs, below the default minimum of 30
+    assert main(["simulate", "--from-run", str(micro_run), "--seeds", "1", "--out", str(out)]) == 2
+    assert "has 4 anchor pair(s)" in capsys.readouterr().err
+    assert main(["simulate", "--from-run", str(micro_run), "--min-pairs", "4", "--seeds", "1",
+                 "--variants", "wmrl,grpo_real", "--anchor-fracs", "0.5", "--w-maxes", "2", "--out", str(out)]) == 0
     fit = json.loads((out / "fit.json").read_text())
-    assert fit["n_pairs"] == 6 and fit["cost_source"].startswith("measured") and fit["steps"] == 3
+    assert fit["n_pairs"] == 4 and fit["cost_source"].startswith("measured") and fit["steps"] == 2
     generation = fit["measured_seconds"]["generation"]
-    assert generation > 0 and fit["cost"]["gen_seconds"] == pytest.approx(generation / (3 * 2 * 2))
+    assert generation > 0 and fit["cost"]["gen_seconds"] == pytest.approx(generation / (2 * 2 * 2))
     assert {r["variant"] for r in csv.DictReader((out / "plan.csv").open())} == {"wmrl", "grpo_real"}
