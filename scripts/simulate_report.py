@@ -227,10 +227,13 @@ def _what_moved(reports: dict[str, dict[str, Any]], previous: dict[str, dict[str
     lines += ["| scenario | variant | before | now | difference | |",
               "|---|---|---|---|---|---|"]
     identical: dict[str, list[str]] = {}
-    moved = 0
+    moved, stale = 0, []
     for name, rep in reports.items():
         old = previous.get(name)
         if old is None:
+            continue
+        if old["meta"] == rep["meta"]:  # the very same sweep (same wall seconds to the last bit)
+            stale.append(name)
             continue
         for variant, row in rep["variants"].items():
             before = old["variants"].get(variant)
@@ -250,6 +253,8 @@ def _what_moved(reports: dict[str, dict[str, Any]], previous: dict[str, dict[str
     same = sum(len(v) for v in identical.values())
     lines += ["", f"{same} (scenario, variant) cells are bit-identical per seed (every seed's final score equal): "
               + "; ".join(f"`{name}`: {', '.join(variants)}" for name, variants in identical.items()) + ".",
+              *(["", (f"Not re-run (their summaries are the previous ones, same sweep): "
+                      f"{', '.join(f'`{n}`' for n in stale)}.")] if stale else []),
               "", (f"{moved} moved. Wall time of all scenarios: {wall[0]:.0f} s before, {wall[1]:.0f} s now (both on "
                    "this shared machine; see the load averages above)."), ""]
     return lines
