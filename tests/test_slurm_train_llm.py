@@ -13,20 +13,19 @@ from train_support import (
     same_weights,
     sampled_tokens,
     wmrl,
-    world_model_counts,
 )
 
 from wmrl.configs import TINY_CONFIG
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.slurm import cancel_jobs, load_jobs
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(1800)]
 REQUEUE_NOW = str(REPO / "slurm" / "requeue-now.sh")
 SLURM = ["launch.executor=slurm", "launch.coordinator_time_min=15", "launch.worker_time_min=15",
          "launch.checkpoint_margin_s=60"]
 
 
-def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_weights_and_counts(
+def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_and_weights(
         micro_run, micro_model, tmp_path):
     import subprocess
 
@@ -50,4 +49,3 @@ def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_we
     assert resumed["checkpoint_step"] == 1 and resumed["identical"] is True
     assert sampled_tokens(run.path, 1) == sampled_tokens(micro_run, 1)  # the step after the checkpoint
     assert same_weights(learner_weights(micro_run, 2), learner_weights(run.path, 2))
-    assert world_model_counts(run.path, 2) == world_model_counts(micro_run, 2)  # counters checkpointed too

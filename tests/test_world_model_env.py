@@ -143,3 +143,26 @@ def test_bad_world_model_config_names_the_key(bad, key):
 
     with pytest.raises(ConfigError, match=re.escape(f"world_model.{key}")):
         WorldModelConfig(**bad).validate()
+
+
+def test_counts_restored_from_a_checkpointed_state_continue_as_if_never_stopped(case):
+    """What a resumed LLM trainer does with the world model's counters (its checkpointed state)."""
+    missing = "import pandas as pd\npd.read_csv(f'{DATA_DIR}/missing.csv')\n"  # settled by the pre-check
+    first = [Submission("0/0/0/0", "t", CODE), Submission("0/0/1/0", "t", missing)]
+    second = [Submission("1/0/0/0", "t", CODE)]
+
+    def reply(check):
+        return "not json" if check == "quality" else answer()  # one counted JSON fallback per submission
+
+    straight, _ = env_with(reply, case)
+    straight.evaluate(first)
+    straight.evaluate(second)
+    stopped, _ = env_with(reply, case)
+    stopped.evaluate(first)
+    state = json.loads(json.dumps(stopped.state_dict()))  # as it travels in a checkpoint
+    resumed, _ = env_with(reply, case)
+    resumed.load_state_dict(state)
+    resumed.evaluate(second)
+    assert straight.counts["submissions"] == 3 and straight.counts["precheck_settled"] == 1
+    assert straight.counts["verdict:fallback"] == 2
+    assert resumed.stats() == straight.stats()

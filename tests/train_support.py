@@ -41,19 +41,13 @@ def wmrl(command: str, *args: str, wait: bool = True) -> subprocess.Popen | subp
     """``wmrl COMMAND ARGS`` as a child process (``wait=False``: its own session, to kill it whole)."""
     cmd = [sys.executable, "-m", "wmrl.cli.main", command, *args]
     if wait:
-        return subprocess.run(cmd, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=900, check=False)
+        return subprocess.run(cmd, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=1500, check=False)
     return subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
 
 def metrics_rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def world_model_counts(run: Path, step: int) -> dict[str, float]:
-    """The world model's cumulative counters as logged with step ``step`` (1-based, as metrics.jsonl)."""
-    row = next(r for r in metrics_rows(run) if r["step"] == step)
-    return {k: v for k, v in row.items() if k.startswith("world_model/")}
 
 
 def coordinator_events(run: Path, name: str) -> list[dict]:

@@ -144,3 +144,10 @@ class WorldModelEnvironment:
         if self.counts["submissions"]:
             out["precheck_rate"] = self.counts["precheck_settled"] / self.counts["submissions"]
         return out
+
+    def state_dict(self) -> dict[str, int]:
+        """The cumulative counts, for a trainer's checkpoint (a resumed run continues them)."""
+        return dict(self.counts)
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.counts = Counter({k: int(v) for k, v in state.items()})
