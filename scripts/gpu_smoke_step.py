@@ -121,12 +121,11 @@ def run_config(model_dir: Path, runs_root: Path, dry_run: bool) -> dict[str, Any
 def breakdown(run_dir: Path) -> dict[str, Any]:
     """The step-time breakdown of the run's first step, from ``metrics.jsonl``."""
     from wmrl.orchestration.metrics_log import METRICS, read_rows
+    from wmrl.trainers.llm import STEP_PHASE_KEYS
 
     rows = read_rows(run_dir / METRICS)
     m = rows[min(rows)]
-    phases = {"generation": m.get("step_seconds_generation"), "world_model": m.get("step_seconds_world_model"),
-              "execution": m.get("step_seconds_execution"), "learner": m.get("step_seconds_update"),
-              "weight_sync": m.get("seconds_weight_sync"), "io": m.get("seconds_io")}
+    phases = {phase: m.get(key) for phase, key in STEP_PHASE_KEYS.items()}
     keep = ("learner/peak_memory_mb", "learner/tokens", "learner/trajectories", "learner/ratio_mean_abs_dev",
             "reply_tokens_mean", "executions", "wm_calls", "rho")
     return {"seconds": phases, **{k: m[k] for k in keep if k in m}}

@@ -165,7 +165,7 @@ def test_transformers_generator_samples_from_a_qwen35_hybrid_model(tmp_path):
 
 def test_gpu_smoke_breakdown_reads_the_first_step_phases_from_metrics_jsonl(tmp_path):
     smoke = _smoke_script()
-    rows = [{"step": 1, "step_seconds_generation": 9.0, "step_seconds_update": 3.0, "seconds_weight_sync": 0.5,
+    rows = [{"step": 1, "step_seconds_generation": 9.0, "step_seconds_update": 3.0, "step_seconds_weight_sync": 0.5,
              "learner/peak_memory_mb": 1234.0},
             {"step": 2, "step_seconds_generation": 99.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -138,6 +138,7 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
          f"eta2 {_fmt(p.get('eta2'))}"),
         _audit_line(p),
         _compute_line(p),
+        _memory_line(p),
         _resume_line(p),
         _tracking_line(info["tracking"], info["run_dir"]),
         (f"throughput {info['throughput_per_min']:.1f} executions/min, "
@@ -174,6 +175,14 @@ def _compute_line(progress: dict[str, Any]) -> str:
                        for name in ("generation", "world_model", "execution", "update"))
     return (f"compute    {_fmt(progress.get('compute_hours'), '.3g')} h "
             f"({progress.get('cost_source', 'unknown')}): {phases}")
+
+
+def _memory_line(progress: dict[str, Any]) -> str:
+    """Peak resident memory of the coordinator process (and of its largest ended child)."""
+    if progress.get("peak_rss_mb") is None:
+        return ""
+    return (f"memory     coordinator peak RSS {progress['peak_rss_mb']:.0f} MB "
+            f"(largest ended child process {_fmt(progress.get('peak_rss_children_mb'), '.0f')} MB)")
 
 
 def _audit_line(progress: dict[str, Any]) -> str:

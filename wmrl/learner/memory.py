@@ -12,16 +12,7 @@ from types import TracebackType
 
 import torch
 
-
-def rss_mb() -> float:
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return float(line.split()[1]) / 1024
-    except (OSError, IndexError, ValueError):
-        pass
-    return float("nan")
+from wmrl.orchestration.resources import rss_mb
 
 
 class PeakMemory:

@@ -42,6 +42,7 @@ from wmrl.orchestration.health import EVENTS
 from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.metrics_log import MetricsLog
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
+from wmrl.orchestration.resources import peak_rss_mb
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
 from wmrl.orchestration.slurm import (
@@ -299,7 +300,8 @@ class Coordinator(submitit.helpers.Checkpointable):
                 metrics = trainer.run_step()
                 self._take_snapshot(trainer)
                 step_seconds = time.time() - t0
-                self._log_step(run, metrics_log, tracker, trainer.step, {"step_seconds": step_seconds, **metrics})
+                self._log_step(run, metrics_log, tracker, trainer.step,
+                               {"step_seconds": step_seconds, **metrics, **peak_rss_mb()})
                 reason = schedule.due()
                 if reason is not None:
                     self._save_snapshot(reason)
@@ -321,7 +323,7 @@ class Coordinator(submitit.helpers.Checkpointable):
         if finished:
             run.mark_ended("finished")
         record_event(run, "ended", step=trainer.step, state=state, digest=self._live["snapshot"].digest)
-        return {"step": trainer.step, "state": state, **trainer.progress()}
+        return {"step": trainer.step, "state": state, **trainer.progress(), **peak_rss_mb()}
 
     def _log_step(self, run: RunDir, metrics_log: MetricsLog, tracker: RunTracker, step: int,
                   metrics: dict[str, Any]) -> None:
@@ -363,7 +365,7 @@ class Coordinator(submitit.helpers.Checkpointable):
             "eta_s": per_step * (trainer.total_steps - trainer.step) if per_step and state == "running" else None,
             "resume_warning": self._live.get("resume_warning"),
             "checkpoint_step": self._live.get("saved_step"), "service": service.stats().to_dict(),
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **trainer.progress(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **trainer.progress(), **peak_rss_mb(),
         }
         atomic_write_json(run.path / PROGRESS, progress)
 

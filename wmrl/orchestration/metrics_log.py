@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import append_line_durable, atomic_write_text
+from wmrl.orchestration.resources import KEYS as MEMORY_KEYS
 
 METRICS = "metrics.jsonl"
-# Keys measured by the clock, not computed by training: they may differ on a faithful replay.
-WALL_CLOCK_KEYS = frozenset({"step_seconds", "timestamp_ms"})
+# Keys measured by the clock or the OS, not computed by training: they may differ on a faithful replay.
+WALL_CLOCK_KEYS = frozenset({"step_seconds", "timestamp_ms", *MEMORY_KEYS})
 
 
 def read_rows(path: Path) -> dict[int, dict[str, Any]]:

@@ -29,7 +29,6 @@ import logging
 import math
 import shutil
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,12 @@ log = logging.getLogger(__name__)
 COST_SOURCE = "measured"
 LEARNER_DIR = "checkpoints/learner"
 EVALS = "evals.jsonl"
+# A step's seconds per phase in its metrics row (the step-time breakdown, benchmarks/bench_train_step.py);
+# evaluation and the learner checkpoint fall only in the steps that evaluate or save.
+STEP_PHASE_KEYS = {"generation": "step_seconds_generation", "world_model": "step_seconds_world_model",
+                   "execution": "step_seconds_execution", "learner": "step_seconds_update",
+                   "weight_sync": "step_seconds_weight_sync", "io": "step_seconds_io",
+                   "evaluation": "step_seconds_evaluation", "checkpoint": "step_seconds_checkpoint"}
 
 
 class LLMTrainer:
@@ -120,8 +125,11 @@ class LLMTrainer:
         from wmrl.agent.records import write_rollouts
 
         metrics: dict[str, float] = {}
+        eval_seconds = 0.0
         if self.step == 0 and self.cfg.train.eval_split != "none" and not self.last_eval:
+            started = time.perf_counter()
             metrics.update(self.evaluate_now("before"))
+            eval_seconds += time.perf_counter() - started
         done = wmrl_step(
             self.step, variant=self.variant, alg=self.cfg.algorithm,
             task_pool=[t.task_id for t in self.train_tasks], policy=self.policy,
@@ -149,10 +157,14 @@ class LLMTrainer:
         metrics.update(audit)
         every = self.cfg.train.eval_every
         last = self.step >= self.total_steps
+        started = time.perf_counter()
         if self.cfg.train.eval_split != "none" and (last or (every and self.step % every == 0)):
             metrics.update(self.evaluate_now("after" if last else f"step{self.step}"))
+        metrics["step_seconds_evaluation"] = eval_seconds + time.perf_counter() - started
+        started = time.perf_counter()
         if last or self.step % self.cfg.train.save_every == 0:
             self._save_learner()
+        metrics["step_seconds_checkpoint"] = time.perf_counter() - started
         return {k: (v if v is None or math.isfinite(v) else None) for k, v in metrics.items()}  # type: ignore[misc]
 
     def evaluate_now(self, label: str) -> dict[str, float]:
@@ -195,7 +207,8 @@ class LLMTrainer:
             "anchor_groups": float(anchors.sum()), "dropped_groups": float(done.dropped.sum()),
             "rho": done.rho, "pairs_step": float(done.pairs),
             "reply_tokens_mean": float(np.mean(generated)) if generated else 0.0,
-            "seconds_weight_sync": sync_seconds, "seconds_io": io_seconds,
+            # this step's; the run's totals so far are seconds_<phase> (RunTotals)
+            "step_seconds_weight_sync": sync_seconds, "step_seconds_io": io_seconds,
             **{f"step_seconds_{p}": done.seconds.get(p, 0.0) for p in PHASES},
             **self.totals.as_metrics(),
             **{k: float(v) for k, v in snap.items() if k != "rho"},
@@ -216,7 +229,7 @@ class LLMTrainer:
             "task_ids": [t.task_id for t in self.train_tasks],
             # cumulative world-model counters (JSON fallbacks, pre-check settles, calls): a resumed run
             # continues them instead of counting from 0
-            "world_model_counts": dict(self.world_model.counts) if self.world_model is not None else {},
+            "world_model_counts": self.world_model.state_dict() if self.world_model is not None else {},
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -234,7 +247,7 @@ class LLMTrainer:
         self.last_refit_step = state["last_refit_step"]
         self.last_eval = dict(state["last_eval"])
         if self.world_model is not None:
-            self.world_model.counts = Counter(state.get("world_model_counts", {}))  # absent before 2026-12
+            self.world_model.load_state_dict(state.get("world_model_counts", {}))  # absent before 2026-12
         if self.calibrator is not None:  # back to the end of the checkpointed step (later records cut)
             if self.step > 0 and (self.cal_dir / STATE_NAME).exists():
                 self.calibrator = Calibrator.load(self.cfg.algorithm, self.cal_dir, step=self.step - 1)
