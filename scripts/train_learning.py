@@ -64,6 +64,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", nargs="?", default=str(REPO / "runs" / "sweeps" / "tiny_train"))
     parser.add_argument("--out", default=str(REPO / "results" / "train"))
+    parser.add_argument("--note", default="", help="what shared the machine with the runs (for the wall times)")
     args = parser.parse_args()
     sweep, out = Path(args.sweep), Path(args.out)
     runs = finished_runs(sweep)
@@ -104,7 +105,7 @@ def main() -> int:
         "seeds). Gain = after - before, per seed.\n\n"
         f"Runs: `wmrl sweep sweeps/tiny_train.yaml --max-parallel 2`; report: "
         f"`python scripts/train_learning.py {args.sweep}`.\n\n" + "\n".join(header + table) +
-        f"\n\nWall time per run (two runs at once, one torch thread each, 2 cores): {walls}.\n")
+        f"\n\nWall time per run (one torch thread each, 2 cores): {walls}. {args.note}\n")
     print("\n".join(header + table))
     return 0
 
