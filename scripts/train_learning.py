@@ -95,8 +95,8 @@ def main() -> int:
                          f"{np.mean(executed[variant]):.0f} ({ratio:.1%} of {REFERENCE}) |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(rows, indent=1) + "\n")
-    header = ["| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
-              "in training |", "|---|---|---|---|---|---|---|"]
+    header = [("| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
+               "in training |"), "|---|---|---|---|---|---|---|"]
     walls = "; ".join(f"{r['variant']}: {', '.join(map(str, r['wall_minutes']))} min" for r in rows
                       if r["split"] == "train")
     (out / "learning.md").write_text(
