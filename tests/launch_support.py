@@ -106,6 +106,7 @@ def require_slurm() -> None:
     if problem is not None:
         if os.environ.get("WMRL_REQUIRE_SLURM") == "1":
             pytest.fail(f"WMRL_REQUIRE_SLURM=1 but {problem}")
+        # Only where no local Slurm runs (a dev box); CI starts one and sets WMRL_REQUIRE_SLURM=1 (fail above).
         pytest.skip(problem)
 
 
