@@ -222,3 +222,19 @@ def test_denoise_only_run_audits_its_pool_although_it_never_refits(tmp_path):
     assert [m["step"] for m in metrics if "audit_ok" in m] == [2, 3, 4]
     assert all(m["n_refits"] == 0 for m in metrics)
     assert read_json(run.path / "calibration" / "audit.json")["n_pairs"] == 12
+
+
+def test_progress_knows_the_step_count_before_the_first_step_ends(tmp_path, monkeypatch):
+    """`wmrl status` of a run in its first step (an LLM run starts with a long evaluation) shows 0/N."""
+    from wmrl.trainers.anchored import AnchoredSimTrainer
+
+    def first_step_dies(self):
+        raise RuntimeError("killed during the first step")
+
+    monkeypatch.setattr(AnchoredSimTrainer, "run_step", first_step_dies)
+    run = make_run(dry_config(tmp_path, "first-step", 5))
+    with pytest.raises(RuntimeError, match="first step"):
+        Coordinator(str(run.path))()
+    progress = read_json(run.path / "progress.json")
+    assert progress["step"] == 0 and progress["total_steps"] == 5
+    assert "step       0/5" in _cli("status", str(run.path)).stdout

@@ -294,6 +294,9 @@ class Coordinator(submitit.helpers.Checkpointable):
         started = time.time()
         first_step = trainer.step
         metrics_log = MetricsLog(run.path)
+        # Before the first step (which may start with a long evaluation), so `wmrl status` already shows
+        # the step count and the resume point instead of "0/?".
+        self._write_progress(run, trainer, service, started, first_step, "running")
         try:
             while trainer.step < trainer.total_steps and not run.is_ended():
                 t0 = time.time()
