@@ -155,6 +155,23 @@ def test_epochs_per_kind_limits_the_passes_over_that_kind(base, examples):
     assert passes == {"agent": 3 * len(examples), "world_model": len(judge)}
 
 
+def test_a_kind_with_fewer_passes_is_spread_over_every_epoch(base, examples):
+    """One world-model pass must not all come first: 29 agent-only epochs after it erased it."""
+    tok = load_tokenizer(base)
+    judge = chat_examples(tok, tasks=("iris", "wine", "digits", "moons", "blobs", "faces"), replies=1,
+                          kind="world_model")
+    mixed = examples + judge
+    one_per_row = max(len(ex.prompt_ids) + len(ex.target_ids) for ex in mixed)  # nothing packs together
+    cfg = replace(FAST, epochs=3, epochs_per_kind={"world_model": 1}, pack_tokens=one_per_row)
+    steps = engine.plan_steps(mixed, cfg)
+    epoch_len = len(examples) + len(judge) // 3  # every agent example once, a third of the judge's
+    assert len(steps) == 3 * epoch_len
+    for epoch in range(3):
+        kinds = [mixed[row.members[0]].kind for rows in steps[epoch * epoch_len: (epoch + 1) * epoch_len]
+                 for row in rows]
+        assert kinds.count("world_model") == 2 and kinds.count("agent") == len(examples)
+
+
 def test_cli_sft_names_a_base_that_is_not_a_model_directory(tmp_path):
     import subprocess
     import sys

@@ -12,7 +12,6 @@ config, ``--wait``, ``--resume``.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from wmrl.cli.args import IntermixedParser, split_config_args
@@ -47,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
         print("initial policy: the tiny default (wmrl model init + wmrl sft; cached after the first run)",
               flush=True)
-        path = initial_policy_path(cfg, progress=sys.stderr.isatty())
+        # Progress even into a log file: the first run spends ~15 minutes here (variants, then SFT).
+        path = initial_policy_path(cfg, progress=True)
         print(f"initial policy: {path}", flush=True)
     return launch.run(argparse.Namespace(config=config, overrides=overrides, wait=args.wait,
                                          every=args.every, resume=args.resume, no_submit=False))

@@ -148,18 +148,25 @@ def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = T
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.tasks.overview import task_overview
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.world_model.precheck import DataInventory, PreCheck
     from wmrl.world_model.variants import make_variants, real_outcomes
 
     root = ensure_builtin_pool(cfg.tasks.root or None, progress=progress)
     tasks = load_pool(root)
     overviews = {t.task_id: task_overview(t) for t in tasks}
-    agent_ctx, sim_ctx, _ = run_context(cfg)
+    agent_ctx, sim_ctx, runtime = run_context(cfg)
     data = SFTData([])
     train = [t for t in tasks if t.split == "train"]
     policy_examples(tokenizer, train, overviews, agent_ctx, cfg.agent.prompt_style, max_tokens, data,
                     cfg.sft.references_per_task)
     wm = cfg.world_model
     variants = make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
+    if wm.precheck:
+        # The run's static pre-check settles these exactly before the world model is asked, so the world
+        # model never sees them: training on them only taught a tiny model to answer "missing module"
+        # whatever the code (it is most of the broken variants).
+        prechecks = {t.task_id: PreCheck(DataInventory.from_dir(Path(t.public_dir)), runtime) for t in train}
+        variants = [v for v in variants if prechecks[v.task_id].check(v.code) is None]
     sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
     with tempfile.TemporaryDirectory(prefix="wmrl-variants-") as work:
         outcomes = real_outcomes(variants, {t.task_id: t for t in tasks}, make_backend(sandbox),

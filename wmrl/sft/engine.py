@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import shutil
 import time
 from collections import defaultdict
@@ -27,7 +28,7 @@ from wmrl.models.cache import build_hash_of_dir, build_once, cache_root, content
 from wmrl.sft.config import NOT_HASHED, SFTConfig
 from wmrl.sft.example import Row, SFTExample, build_row, examples_digest, pack_rows
 
-RECIPE = "sft-v1"
+RECIPE = "sft-v2"  # v2: kinds with fewer passes are spread over the run (plan_steps)
 CHECKPOINT = "checkpoint.pt"
 LOG = "sft_log.jsonl"
 # Files of the base model copied unchanged next to the trained weights.
@@ -56,16 +57,27 @@ def default_sft_dir(cache_dir: str, digest: str) -> Path:
 def plan_steps(examples: Sequence[SFTExample], cfg: SFTConfig) -> list[list[Row]]:
     """Every optimizer step's rows, epoch after epoch (steps never straddle two epochs).
 
-    Epoch ``e`` holds the examples whose kind still has passes left (``sft.epochs_per_kind``); row
-    members index into ``examples`` whatever the subset.
+    The run has as many epochs as the most-trained kind has passes (``sft.epochs``,
+    ``sft.epochs_per_kind``). Each kind's rows over all its passes are packed per pass (seed
+    ``sft.seed + pass``) and then spread evenly over the run's epochs, so a kind with fewer passes is
+    seen all along, not only at the start: one world-model pass front-loaded before 29 agent-only
+    epochs was forgotten (every check answer of the SFT'd tiny model was an agent reply, not JSON).
+    A kind with as many passes as there are epochs gets exactly one pass per epoch. Row members
+    index into ``examples``.
     """
-    steps: list[list[Row]] = []
     kinds = sorted({ex.kind for ex in examples})
-    for epoch in range(max(cfg.epochs_for(k) for k in kinds)):
-        chosen = [i for i, ex in enumerate(examples) if epoch < cfg.epochs_for(ex.kind)]
+    n_epochs = max(cfg.epochs_for(k) for k in kinds)
+    per_epoch: list[list[Row]] = [[] for _ in range(n_epochs)]
+    for kind in kinds:
+        chosen = [i for i, ex in enumerate(examples) if ex.kind == kind]
         subset = [examples[i] for i in chosen]
         rows = [Row(r.prefix, tuple(chosen[j] for j in r.members))
-                for r in pack_rows(subset, cfg.pack_tokens, cfg.seed + epoch)]
+                for p in range(cfg.epochs_for(kind)) for r in pack_rows(subset, cfg.pack_tokens, cfg.seed + p)]
+        for epoch in range(n_epochs):
+            per_epoch[epoch] += rows[epoch * len(rows) // n_epochs: (epoch + 1) * len(rows) // n_epochs]
+    steps: list[list[Row]] = []
+    for epoch, rows in enumerate(per_epoch):
+        random.Random(cfg.seed + epoch).shuffle(rows)  # the kinds interleave inside an epoch
         steps += [rows[i: i + cfg.rows_per_step] for i in range(0, len(rows), cfg.rows_per_step)]
     return steps
 
