@@ -60,6 +60,41 @@ def wall_minutes(run: Path) -> float:
     return (max(stamps) - start) / 60
 
 
+def world_model_in_run(run: Path) -> dict | None:
+    """What the world model did in a run: its JSON fallback rate and pre-check share (last logged
+    step's cumulative counts), and, on the anchor pairs (the trajectories both predicted and executed),
+    the spread of r_hat and its correlation with the executed r."""
+    from wmrl.calibration.pool import AnchorPool
+
+    lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []
+    last = json.loads(lines[-1]) if lines else {}
+    if "world_model/submissions" not in last:
+        return None  # grpo_real: no world model
+    r_hat, r = AnchorPool.load(run / "calibration").arrays()
+    corr = float(np.corrcoef(r_hat, r)[0, 1]) if len(r) > 2 and r_hat.std() > 0 and r.std() > 0 else float("nan")
+    return {"submissions": last["world_model/submissions"], "precheck_rate": last.get("world_model/precheck_rate"),
+            "parse_fallback_rate": last.get("world_model/parse_fallback_rate"), "pairs": len(r),
+            "r_hat_mean": float(r_hat.mean()), "r_hat_sd": float(r_hat.std()), "distinct_r_hat": len(set(r_hat)),
+            "r_mean": float(r.mean()), "pearson_r_hat_r": corr}
+
+
+def world_model_table(runs: dict[str, list[Path]]) -> list[str]:
+    lines = [("| run | submissions | settled by pre-check | JSON fallback | anchor pairs | r_hat mean (sd) "
+             "| distinct r_hat | executed r mean | Pearson(r_hat, r) |"), "|---|---|---|---|---|---|---|---|---|"]
+    for rs in runs.values():
+        for run in rs:
+            w = world_model_in_run(run)
+            if w is None:
+                continue
+            pre = "-" if w["precheck_rate"] is None else f"{w['precheck_rate']:.1%}"
+            fallback = "-" if w["parse_fallback_rate"] is None else f"{w['parse_fallback_rate']:.1%}"
+            corr = "undefined (r_hat constant)" if math.isnan(w["pearson_r_hat_r"]) else f"{w['pearson_r_hat_r']:.3f}"
+            lines.append(f"| {run.name} | {w['submissions']:.0f} | {pre} | {fallback} | {w['pairs']} | "
+                         f"{w['r_hat_mean']:.3f} ({w['r_hat_sd']:.3f}) | {w['distinct_r_hat']} | {w['r_mean']:.3f} | "
+                         f"{corr} |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", nargs="?", default=str(REPO / "runs" / "sweeps" / "tiny_train"))
@@ -105,7 +140,9 @@ def main() -> int:
         "seeds). Gain = after - before, per seed.\n\n"
         f"Runs: `wmrl sweep sweeps/tiny_train.yaml --max-parallel 2`; report: "
         f"`python scripts/train_learning.py {args.sweep}`.\n\n" + "\n".join(header + table) +
-        f"\n\nWall time per run (one torch thread each, 2 cores): {walls}. {args.note}\n")
+        f"\n\nWall time per run (one torch thread each, 2 cores): {walls}. {args.note}\n"
+        "\n## The world model in these runs\n\nCumulative over the run (last step). Anchor pairs: the "
+        "trajectories both predicted by the world model and executed.\n\n" + "\n".join(world_model_table(runs)) + "\n")
     print("\n".join(header + table))
     return 0
 
