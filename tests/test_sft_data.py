@@ -163,3 +163,15 @@ def test_held_out_variants_and_too_long_examples_are_left_out(task):
     assert data.examples == []
     world_model_examples(tokenizer(), variants, ok, {task.task_id: "x"}, sim, CHECK_NAMES, "short", 2000, 50, data)
     assert data.examples == [] and data.skipped["world_model"] == len(variants) * 8
+
+
+def test_world_model_sft_leaves_out_what_the_pre_check_settles(task):
+    from wmrl.sft.data import left_to_the_world_model
+
+    from wmrl.sandbox.probe import SandboxRuntime
+
+    probed = SandboxRuntime("3.11", (), frozenset({"os", "warnings", "numpy", "pandas", "sklearn"}), "probe:test")
+    variants = make_variants([task], per_task=1, heldout_fraction=0.0)
+    kept = {v.kind for v in left_to_the_world_model(variants, [task], probed)}
+    assert "not_installed" not in kept and "wrong_file" not in kept  # settled exactly by the pre-check
+    assert {"reference", "crash", "invalid_submission"} <= kept  # only running them tells

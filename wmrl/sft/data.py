@@ -119,6 +119,18 @@ def world_model_examples(tokenizer: Any, variants: Sequence[Variant], outcomes: 
                  max_tokens)
 
 
+def left_to_the_world_model(variants: Sequence[Variant], tasks: Sequence[Any], runtime: Any) -> list[Variant]:
+    """The variants the static pre-check does not settle. A run with the pre-check on never asks the
+    world model about the others, and training on them (most of the broken variants) taught a tiny
+    model to answer "No module named ..." whatever the code."""
+    from pathlib import Path
+
+    from wmrl.world_model.precheck import DataInventory, PreCheck
+
+    prechecks = {t.task_id: PreCheck(DataInventory.from_dir(Path(t.public_dir)), runtime) for t in tasks}
+    return [v for v in variants if prechecks[v.task_id].check(v.code) is None]
+
+
 def _add(data: SFTData, example: Any, max_tokens: int) -> None:
     if len(example.prompt_ids) + len(example.target_ids) > max_tokens:
         data.skipped[example.kind] += 1
@@ -148,7 +160,6 @@ def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = T
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.tasks.overview import task_overview
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
-    from wmrl.world_model.precheck import DataInventory, PreCheck
     from wmrl.world_model.variants import make_variants, real_outcomes
 
     root = ensure_builtin_pool(cfg.tasks.root or None, progress=progress)
@@ -162,11 +173,7 @@ def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = T
     wm = cfg.world_model
     variants = make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
     if wm.precheck:
-        # The run's static pre-check settles these exactly before the world model is asked, so the world
-        # model never sees them: training on them only taught a tiny model to answer "missing module"
-        # whatever the code (it is most of the broken variants).
-        prechecks = {t.task_id: PreCheck(DataInventory.from_dir(Path(t.public_dir)), runtime) for t in train}
-        variants = [v for v in variants if prechecks[v.task_id].check(v.code) is None]
+        variants = left_to_the_world_model(variants, train, runtime)
     sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
     with tempfile.TemporaryDirectory(prefix="wmrl-variants-") as work:
         outcomes = real_outcomes(variants, {t.task_id: t for t in tasks}, make_backend(sandbox),
