@@ -182,3 +182,25 @@ def test_cli_sft_names_a_base_that_is_not_a_model_directory(tmp_path):
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "HOME": str(tmp_path)})
     assert done.returncode == 2
     assert "is not a local directory" in done.stderr and str(tmp_path / "nope") in done.stderr
+
+
+def test_a_run_keeps_the_initial_policy_pinned_at_its_first_start(base, tmp_path):
+    """A resumed run must not resolve its config again: a newer SFT recipe or another model.path would
+    swap its KL reference and its world model mid-run."""
+    import shutil
+
+    from wmrl.config import load_config
+    from wmrl.sft.pipeline import INITIAL_POLICY, pinned_initial_policy
+
+    first_model = tmp_path / "first"
+    shutil.copytree(base, first_model)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    quiet = lambda *_: None
+    assert pinned_initial_policy(load_config(None, [f"model.path={first_model}"]), run_dir, quiet) == first_model
+    assert (run_dir / INITIAL_POLICY).is_file()
+    # the config now names another model: the run keeps the one it started with
+    assert pinned_initial_policy(load_config(None, [f"model.path={base}"]), run_dir, quiet) == first_model
+    shutil.rmtree(first_model)
+    with pytest.raises(RuntimeError, match="is gone"):
+        pinned_initial_policy(load_config(None, [f"model.path={base}"]), run_dir, quiet)

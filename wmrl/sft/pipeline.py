@@ -42,3 +42,33 @@ def initial_policy_path(cfg: WMRLConfig, progress: bool = True, log: Any = print
     if cfg.model.path:
         return model_dir(cfg.model.path)
     return sft_default_model(cfg, progress=progress, log=log)[0]
+
+
+INITIAL_POLICY = "initial_policy.json"
+
+
+def pinned_initial_policy(cfg: WMRLConfig, run_dir: Path, log: Any = print) -> Path:
+    """The run's initial policy (the learner's start, the KL reference and, by default, the world model),
+    chosen at the run's first start and pinned in ``RUN_DIR/initial_policy.json``.
+
+    A resumed run reads the pin instead of resolving the config again: a newer wmrl whose SFT recipe
+    changed, or a rebuilt cache, would otherwise give it another reference and world model mid-run.
+    """
+    from wmrl.io import atomic_write_json, read_json
+    from wmrl.models.cache import built_hash
+
+    pin = Path(run_dir) / INITIAL_POLICY
+    if pin.is_file():
+        record = read_json(pin)
+        path = Path(record["path"])
+        if not (path / "config.json").is_file():
+            raise RuntimeError(f"the run's initial policy {path} (pinned in {pin}) is gone; restore it, "
+                               "or start a new run")
+        if record.get("build_hash") and built_hash(path) != record["build_hash"]:
+            raise RuntimeError(f"the run's initial policy {path} (pinned in {pin}) was rebuilt with other "
+                               f"content ({built_hash(path)} != {record['build_hash']}); start a new run")
+        log(f"initial policy: {path} (pinned at the run's first start)")
+        return path
+    path = initial_policy_path(cfg, progress=False, log=log)
+    atomic_write_json(pin, {"path": str(path), "build_hash": built_hash(path)})
+    return path

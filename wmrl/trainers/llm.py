@@ -63,7 +63,7 @@ class LLMTrainer:
         from wmrl.generation.factory import build_generator
         from wmrl.learner.grpo import GRPOLearner
         from wmrl.sft.data import run_context
-        from wmrl.sft.pipeline import initial_policy_path
+        from wmrl.sft.pipeline import pinned_initial_policy
         from wmrl.tasks.overview import task_overview
         from wmrl.tasks.pool import load_pool, resolve_pool_root
         from wmrl.world_model.env import TaskCase, WorldModelEnvironment
@@ -76,8 +76,9 @@ class LLMTrainer:
         self.step = 0
         self.rng = np.random.default_rng(cfg.algorithm.seed)
         torch.manual_seed(cfg.algorithm.seed)
-        # The initial policy: model.path, or the tiny default after SFT (built and cached on first use).
-        self.model_path = initial_policy_path(cfg, progress=False, log=log.info)
+        # The initial policy: model.path, or the tiny default after SFT (built and cached on first use);
+        # fixed at the run's first start, so a resume never swaps the reference or the world model.
+        self.model_path = pinned_initial_policy(cfg, run.path, log=log.info)
         root = resolve_pool_root(cfg.tasks.root)
         competitions = Path(cfg.tasks.competitions_dir) if cfg.tasks.competitions_dir else None
         every = load_pool(root, "all", competitions)
