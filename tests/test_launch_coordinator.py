@@ -238,3 +238,13 @@ def test_progress_knows_the_step_count_before_the_first_step_ends(tmp_path, monk
     progress = read_json(run.path / "progress.json")
     assert progress["step"] == 0 and progress["total_steps"] == 5
     assert "step       0/5" in _cli("status", str(run.path)).stdout
+
+
+def test_launching_a_moved_run_directory_refuses_instead_of_starting_a_new_run(tmp_path):
+    run = make_run(dry_config(tmp_path / "old", "moved", 3))
+    moved = tmp_path / "new" / "moved"
+    moved.parent.mkdir()
+    run.path.rename(moved)
+    out = _cli("launch", str(moved))
+    assert out.returncode == 2 and "has moved" in out.stderr and f"runs_root: {moved.parent}" in out.stderr
+    assert not run.path.exists()  # nothing was created at the old place

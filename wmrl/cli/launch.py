@@ -57,11 +57,18 @@ def _refuse_if_running(run: RunDir, stale_s: float) -> str | None:
 def _load(args: argparse.Namespace) -> WMRLConfig:
     """CONFIG is a YAML file, or a run directory (relaunch with the config it was created with)."""
     config = Path(args.config)
-    if config.is_dir():
+    given_run_dir = config.is_dir()
+    if given_run_dir:
         if not (config / "config.yaml").is_file():
             raise ConfigError(f"{config} is a directory but not a wmrl run directory (no config.yaml)")
         config = config / "config.yaml"
     cfg = load_config(config, args.overrides)
+    if given_run_dir and Path(cfg.run_dir).resolve() != config.parent.resolve():
+        # A moved run directory: its config still names the old place, and launching would start a new,
+        # empty run there instead of resuming this one.
+        raise ConfigError(f"{config.parent} was created as {cfg.run_dir} (runs_root + run_name in its config.yaml) "
+                          f"and has moved; move it back, or set runs_root: {config.parent.parent.resolve()} in "
+                          f"{config} to relaunch it where it is")
     cfg.tracking = cfg.tracking.absolute()  # the coordinator job may run in another directory
     return cfg
 
