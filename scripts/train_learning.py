@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -100,6 +101,9 @@ def main() -> int:
     parser.add_argument("sweep", nargs="?", default=str(REPO / "runs" / "sweeps" / "tiny_train"))
     parser.add_argument("--out", default=str(REPO / "results" / "train"))
     parser.add_argument("--note", default="", help="what shared the machine with the runs (for the wall times)")
+    parser.add_argument("--reference-run", action="append", default=[], metavar="RUN_DIR",
+                        help=f"a finished {REFERENCE} run of another sweep, for the execution ratio when this "
+                             "sweep has none (repeatable)")
     args = parser.parse_args()
     sweep, out = Path(args.sweep), Path(args.out)
     runs = finished_runs(sweep)
@@ -107,6 +111,9 @@ def main() -> int:
         print(f"no finished run under {sweep}/runs", file=sys.stderr)
         return 1
     executed = {v: [json.loads((r / "progress.json").read_text())["executions"] for r in rs] for v, rs in runs.items()}
+    if args.reference_run and REFERENCE not in executed:
+        executed[REFERENCE] = [json.loads((Path(r) / "progress.json").read_text())["executions"]
+                               for r in args.reference_run]
     rows, table = [], []
     for variant, rs in runs.items():
         for split in ("train", "heldout"):
@@ -139,7 +146,7 @@ def main() -> int:
         "(per seed: the mean over tasks x k samples of one evaluation; then mean ± standard error over "
         "seeds). Gain = after - before, per seed.\n\n"
         f"Runs: `wmrl sweep sweeps/tiny_train.yaml --max-parallel 2`; report: "
-        f"`python scripts/train_learning.py {args.sweep}`.\n\n" + "\n".join(header + table) +
+        f"`python scripts/train_learning.py {shlex.join(sys.argv[1:])}`.\n\n" + "\n".join(header + table) +
         f"\n\nWall time per run (one torch thread each, 2 cores): {walls}. {args.note}\n"
         "\n## The world model in these runs\n\nCumulative over the run (last step). Anchor pairs: the "
         "trajectories both predicted by the world model and executed.\n\n" + "\n".join(world_model_table(runs)) + "\n")

@@ -166,9 +166,8 @@ def test_held_out_variants_and_too_long_examples_are_left_out(task):
 
 
 def test_world_model_sft_leaves_out_what_the_pre_check_settles(task):
-    from wmrl.sft.data import left_to_the_world_model
-
     from wmrl.sandbox.probe import SandboxRuntime
+    from wmrl.sft.data import left_to_the_world_model
 
     probed = SandboxRuntime("3.11", (), frozenset({"os", "warnings", "numpy", "pandas", "sklearn"}), "probe:test")
     variants = make_variants([task], per_task=1, heldout_fraction=0.0)

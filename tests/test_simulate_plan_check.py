@@ -67,3 +67,12 @@ def test_the_script_writes_the_report(tables, tmp_path):
     out = tmp_path / "check.md"
     assert script.main([str(tables[0].parent), str(tables[1]), "--out", str(out)]) == 0
     assert "## Ordering by final score (best first)" in out.read_text()
+
+
+def test_the_report_shows_predicted_and_real_values_side_by_side(tables):
+    """Orderings can all be right while a number is far off: the report shows both."""
+    report = check_plan(*tables)
+    pred, real = next((p, r) for p, r in report.values if p.label == "grpo_real")
+    row = (f"| grpo_real | {pred.score:.4f} ± {pred.score_se:.4f} | {real.score:.4f} ± {real.score_se:.4f} | "
+           f"{pred.gpu_hours:.3g} | {real.gpu_hours:.3g} |")
+    assert row in report.markdown() and len(report.values) == len(report.matched)

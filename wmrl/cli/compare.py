@@ -48,7 +48,14 @@ def _load(args: argparse.Namespace) -> tuple[list[RunRecord], str, str | None, s
         src = Path(args.source)
         if (src / "sweep.json").exists():
             state = read_json(src / "sweep.json")
-            return rec.from_sweep_dir(src), state["name"], state.get("tracking_uri"), state.get("parent_run_id")
+            uri, parent = state.get("tracking_uri"), state.get("parent_run_id")
+            if state.get("kind") == "launch":  # trainer runs report to MLflow only: read the parent's children
+                if not (uri and parent):
+                    raise ConfigError(f"{src} is a launch sweep without an MLflow parent run; its runs cannot be "
+                                      "compared (re-issue the sweep with tracking on)")
+                return (rec.from_mlflow(uri, parent=parent, score_metric=args.score_metric,
+                                        cost_metric=args.cost_metric), state["name"], uri, parent)
+            return rec.from_sweep_dir(src), state["name"], uri, parent
         if (src / RECORDS).exists():
             return rec.read_records(src / RECORDS), src.name, None, None
         raise ConfigError(f"{src} is neither a sweep directory (no sweep.json) nor a saved comparison "

@@ -104,9 +104,17 @@ class PlanCheck:
     only_predicted: list[str]
     only_real: list[str]
     metrics: list[MetricCheck]
+    # (predicted, real) Row per matched setting: orderings can be right while the numbers are far off
+    values: list[tuple[Row, Row]] = field(default_factory=list)
 
     def markdown(self) -> str:
         lines = [f"Settings in both tables: {len(self.matched)}"]
+        if self.values:
+            lines += ["", "## Predicted and real values", "",
+                      "| setting | predicted score | real score | predicted GPU-hours | real GPU-hours |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| {p.label} | {p.score:.4f} ± {p.score_se:.4f} | {r.score:.4f} ± {r.score_se:.4f} | "
+                      f"{p.gpu_hours:.3g} | {r.gpu_hours:.3g} |" for p, r in self.values]
         if self.only_predicted:
             lines.append(f"Predicted but not run: {', '.join(self.only_predicted)}")
         if self.only_real:
@@ -132,4 +140,5 @@ def check_plan(predicted: Path, real: Path) -> PlanCheck:
         only_predicted=sorted(pred[k].label for k in set(pred) - set(actual)),
         only_real=sorted(actual[k].label for k in set(actual) - set(pred)),
         metrics=[_check_metric(pred, actual, keys, m, t, hi) for m, t, hi in METRICS],
+        values=[(pred[k], actual[k]) for k in keys],
     )

@@ -147,7 +147,8 @@ def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRe
         w_max=float(params.get("algorithm.w_max", "nan")),
         final_score=metrics.get("final/score", score[-1] if score else float("nan")),
         gpu_hours=metrics.get("final/gpu_hours", hours[-1] if hours else float("nan")),
-        eta2=metrics.get("final/eta2"), rho=metrics.get("final/rho"),
+        # simulator runs log final/*; a trainer run's last step logs eta2 and rho themselves
+        eta2=metrics.get("final/eta2", metrics.get("eta2")), rho=metrics.get("final/rho", metrics.get("rho")),
         audit_warned=None if warned is None else bool(warned),
         phase_hours={k.removeprefix("cost/").removesuffix("_gpu_hours"): v for k, v in metrics.items()
                      if k.startswith("cost/") and k.endswith("_gpu_hours")},
