@@ -59,3 +59,14 @@ def test_cheapest_setting_within_one_standard_error_of_the_best_is_named():
 def test_records_round_trip_through_jsonl(tmp_path: Path):
     write_records(REF, tmp_path / "records.jsonl")
     assert read_records(tmp_path / "records.jsonl") == REF
+
+
+def test_a_one_seed_setting_says_so_instead_of_a_zero_error_bar():
+    from wmrl.sweep.compare import compare, markdown
+    from wmrl.sweep.records import RunRecord
+
+    one = RunRecord(name="grpo_real_s0", variant="grpo_real", seed=0, anchor_frac=0.125, w_max=4.0,
+                    final_score=0.81, gpu_hours=1.9, eta2=None, rho=None, audit_warned=None, phase_hours={},
+                    curve_hours=[0.1, 1.9], curve_score=[0.4, 0.81])
+    table = markdown(compare([one]))
+    assert "0.8100 (1 seed)" in table and "± 0.0000" not in table

@@ -150,12 +150,17 @@ def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None or not math.isfinite(value) else format(value, fmt)
 
 
+def _score_text(s: Setting) -> str:
+    """Mean ± standard error; one seed has no error bar, so it says so instead of "± 0"."""
+    return f"{s.score:.4f} (1 seed)" if len(s.runs) == 1 else f"{s.score:.4f} ± {s.score_se:.4f}"
+
+
 def rows(c: Comparison) -> list[list[str]]:
     out = []
     for s in c.settings:
         out.append([
             s.variant, f"{s.anchor_frac:g}", f"{s.w_max:g}", str(len(s.runs)),
-            f"{s.score:.4f} ± {s.score_se:.4f}", _f(s.gpu_hours, ".1f"), _f(s.hours_to_target, ".1f"),
+            _score_text(s), _f(s.gpu_hours, ".1f"), _f(s.hours_to_target, ".1f"),
             (_f(s.speedup_to_target, ".2f") + "x") if s.speedup_to_target else "-",
             _f(s.ref_score_at_compute, ".4f"), _f(s.eta2, ".3f"), _f(s.rho, ".2f"), s.audits,
         ])
@@ -171,9 +176,9 @@ def markdown(c: Comparison) -> str:
             f" ({REFERENCE}'s first logged score + {TARGET_FRACTION:.0%} of its gain)" if c.reference else ""
         ) + "; speedup = grpo_real's GPU-hours to the target / the setting's.")
     if c.best is not None and c.cheapest is not None:
-        lines.append(f"Best mean score: {c.best.label} ({c.best.score:.4f} ± {c.best.score_se:.4f}).")
+        lines.append(f"Best mean score: {c.best.label} ({_score_text(c.best)}).")
         lines.append(f"Cheapest within one standard error of the best: **{c.cheapest.label}** "
-                     f"({c.cheapest.score:.4f} ± {c.cheapest.score_se:.4f}, {c.cheapest.gpu_hours:.1f} GPU-hours).")
+                     f"({_score_text(c.cheapest)}, {c.cheapest.gpu_hours:.1f} GPU-hours).")
     return "\n".join(lines) + "\n"
 
 
