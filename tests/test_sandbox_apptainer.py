@@ -195,12 +195,15 @@ def test_everything_it_can_write_counts_toward_the_disk_quota(
             scratch_dir=str(tmp_path),
         )
     )  # fmt: skip
+    # The watchdog walks every 0.05 s, so what the solution writes in between passes the quota:
+    # at page-cache speed a CI disk took all of 160 MB before the first walk. So the solution
+    # writes 1.25 GB, and the quota must stop it long before the end.
     code = f"""
 import time
 block = b"x" * (1 << 20)
-for i in range(40):  # 40 files of 4 MB: 160 MB against a quota of 32 MB
+for i in range(160):  # 160 files of 8 MB: 1.25 GB against a quota of 32 MB
     with open(f"{where}/f{{i}}.bin", "wb") as f:
-        for _ in range(4):
+        for _ in range(8):
             f.write(block)
 print("wrote everything")
 time.sleep(20)
