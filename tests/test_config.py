@@ -50,8 +50,8 @@ def test_dumped_yaml_loads_back_identically(tmp_path: Path) -> None:
         ("algorithm.min_pairs=-5", r"algorithm.min_pairs=-5 is out of range"),
         ("algorithm.variant=ppo", r"algorithm.variant='ppo' is not allowed; choose one of: grpo_real, .*wmrl"),
         ("algorithm.min_anchor_groups=9", r"min_anchor_groups=9 exceeds algorithm.groups_per_step=8"),
-        ("algorithm.min_anchor_groups=0", r"algorithm.min_anchor_groups=0 is not allowed with "
-                                          r"algorithm.variant='wmrl'.*allowed: >= 1"),
+        ("algorithm.min_anchor_groups=0", (r"algorithm.min_anchor_groups=0 is not allowed with "
+                                           r"algorithm.variant='wmrl'.*allowed: >= 1")),
         ("trainer=ppo", r"trainer='ppo' is not allowed; choose one of: anchored_sim, dry"),
     ],
 )

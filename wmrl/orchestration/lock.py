@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from wmrl.io import atomic_create_json
 from wmrl.orchestration.rundir import host_name
@@ -169,7 +169,7 @@ class RunLock:
         if self.holds():
             os.unlink(self.path)
 
-    def __enter__(self) -> RunLock:
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 

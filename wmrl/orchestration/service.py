@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from wmrl.io import read_json
 from wmrl.orchestration.config import LaunchConfig
@@ -244,7 +244,7 @@ class LocalExecutor:
                 proc.kill()
                 proc.wait()
 
-    def __enter__(self) -> LocalExecutor:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
