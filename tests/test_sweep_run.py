@@ -84,6 +84,8 @@ def test_killed_sweep_reissued_skips_finished_runs(tmp_path):
     assert all(after[name] == before[name] for name in before)  # computed once, never again
     kids = children(f"sqlite:///{tmp_path}/mlflow.db", _sweep_json(tmp_path)["parent_run_id"])
     assert sorted(kids) == sorted(after) and all(len(v) == 1 for v in kids.values())
+    # Not a terminal: the progress is a plain line (the last one always), counting the earlier issue's runs.
+    assert "sweep small: 10/10 runs" in done.stderr and "\r" not in done.stderr
 
 
 def test_reissued_sweep_with_changed_runs_is_refused(tmp_path):

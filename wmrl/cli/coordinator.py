@@ -35,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     # the last step boundary and exit as on SIGTERM. (A submitit job gets USR2 instead, which submitit
     # turns into Coordinator.checkpoint and requeues itself.)
     signal.signal(signal.SIGUSR1, coordinator.stop_on_signal)
-    result = coordinator(progress=False)
+    result = coordinator()  # a line per step in the job log
     print(f"wmrl coordinator: {result.get('state')} at step {result.get('step')}", flush=True)
     return 0 if result.get("state") == "finished" else 1

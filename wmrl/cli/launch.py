@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"executor: local (coordinator in this process, {cfg.launch.workers} worker processes)")
         print(f"watch:    wmrl status {run_dir.path}   (from another shell)", flush=True)
         try:
-            result = Coordinator(str(run_dir.path))(progress=sys.stderr.isatty())
+            result = Coordinator(str(run_dir.path))()
         except RunLockHeld as err:
             print(f"wmrl launch: {err}", file=sys.stderr)
             return 2

@@ -21,6 +21,7 @@ from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import live_workers, throughput_per_min
 from wmrl.orchestration.slurm import ACTIVE_STATES
 from wmrl.orchestration.spool import Spool
+from wmrl.progress import format_duration
 from wmrl.tracking.outbox import Outbox
 from wmrl.tracking.run_tracker import MLFLOW_RUN_ID
 
@@ -108,12 +109,6 @@ def _fmt(value: Any, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return time.strftime("%H:%M:%S", time.gmtime(max(0.0, seconds))) if seconds < 86400 else f"{seconds / 86400:.1f} d"
-
-
 def render(info: dict[str, Any], brief: bool = False) -> str:
     p, q = info["progress"], info["queue"]
     state = info["state"]
@@ -124,7 +119,7 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
         return (f"[{time.strftime('%H:%M:%S')}] {state}: step {step}, queue {q['queued']} waiting / "
                 f"{q['claimed']} running / {q['done']} done, {workers} workers, rho {_fmt(p.get('rho'))}")
     age = time.time() - p["updated_at"] if "updated_at" in p else None
-    eta = f", ETA {_duration(p.get('eta_s'))}" if running else ""
+    eta = f", ETA {format_duration(p.get('eta_s'))}" if running else ""
     invalid = f", {q['invalid']} unreadable (not counted)" if q["invalid"] else ""
     lines = [
         f"run        {info['run_dir']}",

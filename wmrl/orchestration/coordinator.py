@@ -52,6 +52,7 @@ from wmrl.orchestration.slurm import (
     load_jobs,
     submit_workers,
 )
+from wmrl.progress import progress_display
 from wmrl.tracking.run_tracker import RunTracker
 from wmrl.trainers import trainer_factory
 
@@ -208,8 +209,9 @@ class Coordinator(submitit.helpers.Checkpointable):
         raise SystemExit(128 + signum)
 
     # ------------------------------------------------------------------ the run
-    def __call__(self, progress: bool = False) -> dict[str, Any]:
-        """Train until the run's last step (or until it is marked ended); ``progress``: a tqdm bar."""
+    def __call__(self, progress: bool | None = None) -> dict[str, Any]:
+        """Train until the run's last step (or until it is marked ended). ``progress``: a tqdm bar (True),
+        none (False), or by default a bar on a terminal and a line per step in a job's log."""
         run = RunDir.open(self.run_dir)
         cfg = load_config(run.config_path)
         handler = _file_log(run)
@@ -284,10 +286,8 @@ class Coordinator(submitit.helpers.Checkpointable):
         self._live["resume_warning"] = message
 
     def _loop(self, cfg: WMRLConfig, run: RunDir, trainer: Trainer,
-              service: SpoolExecutionService, tracker: RunTracker, progress: bool) -> dict[str, Any]:
-        from tqdm import tqdm
-
-        bar = tqdm(total=trainer.total_steps, initial=trainer.step, desc="steps", disable=not progress)
+              service: SpoolExecutionService, tracker: RunTracker, progress: bool | None) -> dict[str, Any]:
+        bar = progress_display(trainer.total_steps, "steps", "step", initial=trainer.step, show=progress)
 
         schedule = SaveSchedule(cfg.launch.checkpoint_every_s, cfg.launch.checkpoint_margin_s,
                                 allocation_end() if os.environ.get("SLURM_JOB_ID") else None)
@@ -311,7 +311,7 @@ class Coordinator(submitit.helpers.Checkpointable):
                     schedule.last = time.time()
                 self._write_progress(run, trainer, service, started, first_step, "running")
                 bar.update(1)
-                bar.set_postfix(progress_postfix(metrics), refresh=True)
+                bar.set_postfix(progress_postfix(metrics))
         except RunEnded:
             pass  # cancelled: end at the last finished step, as below
         self._live["finishing"] = True

@@ -5,15 +5,13 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from wmrl.config import VARIANTS, WMRLConfig
+from wmrl.progress import progress_display
 from wmrl.trainers.simulator import RunResult, train
 
 
@@ -72,10 +70,9 @@ def run_jobs(
 ) -> SweepResult:
     """Train every ``(config, variant, seed, pool_root)`` job (configs may differ: a grid); the runs come
     back in the order of the jobs."""
-    show = sys.stderr.isatty() if progress is None else progress
     started, load_start = time.perf_counter(), _load()
     results: dict[int, RunResult] = {}
-    bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not show)
+    bar = progress_display(len(jobs), desc, "run", show=progress)
     if workers <= 1:
         stream = map(_indexed_job, enumerate(jobs))
         pool = None

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from wmrl.config import ConfigError, WMRLConfig
 from wmrl.io import atomic_write_text, read_json
 from wmrl.orchestration.rundir import RunDir, config_mismatch
+from wmrl.progress import Progress, progress_display
 from wmrl.sweep.simulate_run import compute, log_run
 from wmrl.sweep.spec import SweepSpec, run_config, run_configs
 from wmrl.sweep.state import SweepDir, has_result, is_finished
@@ -125,8 +124,7 @@ def run_sweep(prep: Prepared, executor: str, max_parallel: int, progress: bool |
                                writers=max_parallel if prep.spec.kind == "launch" else 1)
     if warning:
         print(f"wmrl sweep: warning: {warning}", file=sys.stderr)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = tqdm(total=len(names), initial=len(done), desc=f"sweep {prep.spec.name}", unit="run", disable=not show)
+    bar = progress_display(len(names), f"sweep {prep.spec.name}", "run", initial=len(done), show=progress)
     try:
         if prep.spec.kind == "simulate":
             _run_simulate(prep, todo, executor, max_parallel, outcome, bar)
@@ -153,7 +151,7 @@ def _safe_compute(job: tuple[str, WMRLConfig]) -> tuple[str, str | None]:
         return run_dir, f"{type(err).__name__}: {err}"
 
 
-def _finish(prep: Prepared, name: str, error: str | None, outcome: SweepOutcome, bar: tqdm,
+def _finish(prep: Prepared, name: str, error: str | None, outcome: SweepOutcome, bar: Progress,
             log: bool = True) -> None:
     """Count a run that ended; a computed simulate run is logged to MLflow first (one writer)."""
     if error is None and log and prep.tracked:
@@ -169,7 +167,7 @@ def _finish(prep: Prepared, name: str, error: str | None, outcome: SweepOutcome,
         bar.set_postfix(failed=len(outcome.failed))
 
 
-def _run_simulate(prep: Prepared, todo: list[str], executor: str, k: int, outcome: SweepOutcome, bar: tqdm) -> None:
+def _run_simulate(prep: Prepared, todo: list[str], executor: str, k: int, outcome: SweepOutcome, bar: Progress) -> None:
     for name in [n for n in todo if has_result(prep.path(n))]:  # computed by an earlier issue, not logged
         _finish(prep, name, None, outcome, bar)
     todo = [n for n in todo if not has_result(prep.path(n))]
@@ -225,7 +223,7 @@ def _live_job(run: Path) -> str | None:
     return job_id if active_tasks([job_id]) else None
 
 
-def _throttled(prep: Prepared, todo: list[str], k: int, outcome: SweepOutcome, bar: tqdm,
+def _throttled(prep: Prepared, todo: list[str], k: int, outcome: SweepOutcome, bar: Progress,
                submit: Callable[[Prepared, str], str], done: Callable[[str], bool], poll_s: float = 1.0) -> None:
     """At most ``k`` runs queued or running at once; the next is submitted when one ends."""
     from wmrl.io import atomic_write_json
@@ -275,7 +273,7 @@ def _launch_argv(prep: Prepared, name: str) -> list[str]:
     return argv
 
 
-def _run_launch(prep: Prepared, todo: list[str], executor: str, k: int, outcome: SweepOutcome, bar: tqdm) -> None:
+def _run_launch(prep: Prepared, todo: list[str], executor: str, k: int, outcome: SweepOutcome, bar: Progress) -> None:
     """Up to ``k`` ``wmrl launch`` processes at once; each blocks until its run has ended."""
     logs = prep.sweep.root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
