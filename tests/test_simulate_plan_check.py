@@ -76,3 +76,13 @@ def test_the_report_shows_predicted_and_real_values_side_by_side(tables):
     row = (f"| grpo_real | {pred.score:.4f} ± {pred.score_se:.4f} | {real.score:.4f} ± {real.score_se:.4f} | "
            f"{pred.gpu_hours:.3g} | {real.gpu_hours:.3g} |")
     assert row in report.markdown() and len(report.values) == len(report.matched)
+
+
+def test_a_one_seed_real_setting_has_no_error_bar(tmp_path):
+    predicted = _table(tmp_path / "plan.csv", [("grpo_real", 0.1, 4, 5, 0.60, 0.01, 50.0),
+                                               ("wmrl", 0.1, 4, 5, 0.50, 0.01, 10.0)])
+    real = _table(tmp_path / "compare.csv", [("grpo_real", 0.1, 4, 1, 0.81, 0.0, 60.0),
+                                             ("wmrl", 0.1, 4, 3, 0.59, 0.02, 12.0)])
+    text = check_plan(predicted, real).markdown()
+    assert "| grpo_real | 0.6000 ± 0.0100 | 0.8100 (1 seed) |" in text
+    assert "| wmrl anchor_frac=0.1 w_max=4 | 0.5000 ± 0.0100 | 0.5900 ± 0.0200 |" in text

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wmrl.algorithm import get_variant
+from wmrl.simulate.report import mean_se_text
 
 METRICS = (("gpu_hours", "compute (GPU-hours)", False), ("final_score", "final score", True))
 
@@ -27,6 +28,7 @@ class Row:
     score: float
     score_se: float
     gpu_hours: float
+    seeds: int
 
     def value(self, metric: str) -> float:
         return self.score if metric == "final_score" else self.gpu_hours
@@ -58,7 +60,7 @@ def read_table(path: Path) -> dict[tuple[str, float | None, float | None], Row]:
             try:
                 key = _key(rec["variant"], float(rec["anchor_frac"]), float(rec["w_max"]))
                 out[key] = Row(_label(key), float(rec["final_score"]), float(rec["final_score_se"] or 0.0),
-                               float(rec["gpu_hours"]))
+                               float(rec["gpu_hours"]), int(rec["seeds"]))
             except (KeyError, ValueError) as err:
                 raise ValueError(f"{path}:{i}: not a `wmrl compare` row ({err})") from err
     return out
@@ -113,8 +115,9 @@ class PlanCheck:
             lines += ["", "## Predicted and real values", "",
                       "| setting | predicted score | real score | predicted GPU-hours | real GPU-hours |",
                       "|---|---|---|---|---|"]
-            lines += [f"| {p.label} | {p.score:.4f} ± {p.score_se:.4f} | {r.score:.4f} ± {r.score_se:.4f} | "
-                      f"{p.gpu_hours:.3g} | {r.gpu_hours:.3g} |" for p, r in self.values]
+            lines += [f"| {p.label} | {mean_se_text(p.score, p.score_se, p.seeds)} | "
+                      f"{mean_se_text(r.score, r.score_se, r.seeds)} | {p.gpu_hours:.3g} | {r.gpu_hours:.3g} |"
+                      for p, r in self.values]
         if self.only_predicted:
             lines.append(f"Predicted but not run: {', '.join(self.only_predicted)}")
         if self.only_real:

@@ -40,6 +40,11 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else 0.0
 
 
+def mean_se_text(mean: float, se: float, n: int) -> str:
+    """"mean ± s.e."; one seed has no error bar, so it says so instead of "± 0"."""
+    return f"{mean:.4f} (1 seed)" if n == 1 else f"{mean:.4f} ± {se:.4f}"
+
+
 def by_variant(runs: list[RunResult]) -> dict[str, list[RunResult]]:
     out: dict[str, list[RunResult]] = {}
     for r in runs:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.simulate.report import mean_se
+from wmrl.simulate.report import mean_se, mean_se_text
 from wmrl.sweep.records import RunRecord
 
 REFERENCE = "grpo_real"
@@ -151,8 +151,7 @@ def _f(value: float | None, fmt: str) -> str:
 
 
 def _score_text(s: Setting) -> str:
-    """Mean ± standard error; one seed has no error bar, so it says so instead of "± 0"."""
-    return f"{s.score:.4f} (1 seed)" if len(s.runs) == 1 else f"{s.score:.4f} ± {s.score_se:.4f}"
+    return mean_se_text(s.score, s.score_se, len(s.runs))
 
 
 def rows(c: Comparison) -> list[list[str]]:
