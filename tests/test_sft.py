@@ -204,3 +204,25 @@ def test_a_run_keeps_the_initial_policy_pinned_at_its_first_start(base, tmp_path
     shutil.rmtree(first_model)
     with pytest.raises(RuntimeError, match="is gone"):
         pinned_initial_policy(load_config(None, [f"model.path={base}"]), run_dir, quiet)
+
+
+def test_train_relaunch_of_a_pinned_run_does_not_build_the_default(tmp_path, monkeypatch, capsys):
+    """`wmrl train` on a run that has started takes its pin: no SFT before launch (which checks the rest)."""
+    import argparse
+
+    import wmrl.cli.launch
+    import wmrl.sft.pipeline
+    from wmrl.cli import train
+
+    launched: list[argparse.Namespace] = []
+    monkeypatch.setattr(wmrl.cli.launch, "run", lambda args: launched.append(args) or 0)
+    monkeypatch.setattr(wmrl.sft.pipeline, "initial_policy_path",
+                        lambda *a, **k: pytest.fail("the default was resolved for a pinned run"))
+    run_dir = tmp_path / "runs" / "mine"
+    run_dir.mkdir(parents=True)
+    (run_dir / wmrl.sft.pipeline.INITIAL_POLICY).write_text('{"path": "/somewhere", "build_hash": "x"}')
+    args = argparse.Namespace(args=[f"runs_root={tmp_path / 'runs'}", "run_name=mine"], wait=False, every=15.0,
+                              resume=True)
+    assert train.run(args) == 0
+    assert len(launched) == 1 and launched[0].resume and "run_name=mine" in launched[0].overrides
+    assert f"pinned in {run_dir / 'initial_policy.json'}" in capsys.readouterr().out

@@ -12,6 +12,7 @@ config, ``--wait``, ``--resume``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from wmrl.cli.args import IntermixedParser, split_config_args
@@ -42,12 +43,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"trainer={cfg.trainer!r}: `wmrl train` trains the LLM agent (trainer: llm); "
                           "run the other trainers with `wmrl launch CONFIG`")
     if not cfg.model.path:
-        from wmrl.sft.pipeline import initial_policy_path
+        from wmrl.sft.pipeline import INITIAL_POLICY, initial_policy_path
 
-        print("initial policy: the tiny default (wmrl model init + wmrl sft; cached after the first run)",
-              flush=True)
-        # Progress even into a log file: the first run spends ~15 minutes here (variants, then SFT).
-        path = initial_policy_path(cfg, progress=True)
-        print(f"initial policy: {path}", flush=True)
+        pin = Path(cfg.run_dir) / INITIAL_POLICY
+        if pin.is_file():  # a relaunch keeps the policy it started with; `wmrl launch` checks the rest
+            print(f"initial policy: pinned in {pin}", flush=True)
+        else:
+            print("initial policy: the tiny default (wmrl model init + wmrl sft; cached after the first run)",
+                  flush=True)
+            # Progress even into a log file: the first run spends ~15 minutes here (variants, then SFT).
+            path = initial_policy_path(cfg, progress=True)
+            print(f"initial policy: {path}", flush=True)
     return launch.run(argparse.Namespace(config=config, overrides=overrides, wait=args.wait,
                                          every=args.every, resume=args.resume, no_submit=False))
