@@ -110,10 +110,10 @@ def train(
     stop_after: int | None = None,
 ) -> dict[str, Any]:
     """Train and write the HF directory into ``out``; returns the facts recorded with the build."""
-    from tqdm import tqdm
     from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
     from wmrl.models.loading import load_causal_lm
+    from wmrl.progress import progress_display
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -135,7 +135,7 @@ def train(
         sched.load_state_dict(state["sched"])
         torch.set_rng_state(state["rng"])
         first, log = state["step"], state["log"]
-    bar = tqdm(total=len(steps), initial=first, unit="step", desc="sft", disable=not progress, dynamic_ncols=True)
+    bar = progress_display(len(steps), "sft", "step", initial=first, show=None if progress else False)
     for step in range(first, len(steps)):
         packed_rows = [build_row(row, examples) for row in steps[step]]
         n_tokens = sum(len(p.labels) for p in packed_rows)

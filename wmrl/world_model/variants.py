@@ -182,6 +182,7 @@ def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, 
     """Each variant's real outcome by ``variant.key``: references from their leaderboard run, the rest
     executed in ``backend`` (``workers`` at once) unless the cache already holds them."""
     from wmrl.execution import execute_and_grade
+    from wmrl.progress import progress_display
 
     cache = cache_dir() / f"{backend.name}-{limits.timeout_s:g}s"
     cache.mkdir(parents=True, exist_ok=True)
@@ -200,9 +201,10 @@ def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, 
         atomic_write_json(cache / f"{v.key}.json", outcome.to_dict())
         return v.key, outcome
 
+    bar = progress_display(len(todo), "executing variants", "variant", show=None if progress else False)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done, (key, outcome) in enumerate(pool.map(run, todo), 1):
+        for key, outcome in pool.map(run, todo):
             results[key] = outcome
-            if progress and (done % 20 == 0 or done == len(todo)):
-                print(f"executed {done}/{len(todo)} variants", flush=True)
+            bar.update(1)
+    bar.close()
     return results

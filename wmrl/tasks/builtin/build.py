@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 from threadpoolctl import threadpool_limits
-from tqdm import tqdm
 
 from wmrl.grading.leaderboard import BUILTIN_TIE_TOLERANCE, Leaderboard
 from wmrl.grading.metrics import MAXIMIZE, get_metric
 from wmrl.grading.validate import answers_matrix, validate_submission
 from wmrl.io import share_with_group
+from wmrl.progress import progress_display
 from wmrl.tasks.builtin.refcode import make_code
 from wmrl.tasks.builtin.spec import TaskData
 
@@ -263,12 +263,15 @@ def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = T
     metas = []
     try:
         with tempfile.TemporaryDirectory(prefix="wmrl-build-") as scratch:
-            for name in tqdm(names, desc="building tasks", unit="task", disable=not progress):
+            bar = progress_display(len(names), "building tasks", "task", show=None if progress else False)
+            for name in names:
                 data = registry[name]()
                 metas.append(build_task(data, staging / data.task_id, Path(scratch)))
                 (staging / data.task_id / MARKER).write_text(
                     json.dumps({"built_by": "wmrl tasks build", "family": name, "version": BUILTIN_VERSION},
                                sort_keys=True) + "\n", encoding="utf-8")
+                bar.update(1)
+            bar.close()
         check_root(root, [m["task_id"] for m in metas])  # another process may have written meanwhile
         root.mkdir(parents=True, exist_ok=True)
         if group:
