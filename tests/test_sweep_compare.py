@@ -70,3 +70,14 @@ def test_a_one_seed_setting_says_so_instead_of_a_zero_error_bar():
                     curve_hours=[0.1, 1.9], curve_score=[0.4, 0.81])
     table = markdown(compare([one]))
     assert "0.8100 (1 seed)" in table and "± 0.0000" not in table
+
+
+def test_a_trainer_curve_pairs_each_evaluation_with_the_cost_at_its_step():
+    """Scores at the evaluations (steps 0, 6, 12), cost every step: paired by step, not by position."""
+    from wmrl.sweep.records import score_curve
+
+    cost = [(step, 0.1 * step) for step in range(1, 13)]
+    hours, score = score_curve([(0, 0.3), (6, 0.5), (12, 0.8)], cost)
+    assert score == [0.3, 0.5, 0.8]
+    assert hours == pytest.approx([0.0, 0.6, 1.2])  # before the first step nothing was spent
+    assert score_curve([(5, 0.4)], [(2, 0.2), (4, 0.4), (7, 0.7)])[0] == [0.4]  # the last cost before it

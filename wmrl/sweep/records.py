@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -129,17 +130,33 @@ def from_mlflow(uri: str, *, parent: str | None = None, run_ids: list[str] | Non
             and run.data.tags.get("wmrl.kind") != "sweep"]
 
 
+def score_curve(score: list[tuple[int, float]], cost: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+    """(GPU-hours, score) at each step that logged a score, from ``(step, value)`` histories.
+
+    A trainer logs its cost every step but its score only at evaluations (steps 0, eval_every, ...):
+    each score is paired with the cost logged at its step, or the last one before it (0 before the
+    first step). The simulator logs both at the same steps.
+    """
+    steps = [step for step, _ in cost]
+    hours = [cost[i][1] if (i := bisect.bisect_right(steps, step) - 1) >= 0 else 0.0 for step, _ in score]
+    return hours, [value for _, value in score]
+
+
 def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRecord:
     params, metrics = run.data.params, run.data.metrics
     missing = [p for p in ("algorithm.variant", "algorithm.seed") if p not in params]
     if missing:
         raise ValueError(f"MLflow run {run.info.run_id} has no param(s) {', '.join(missing)}: not a wmrl run")
 
-    def history(key: str) -> list[float]:
-        return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+    def history(key: str) -> list[tuple[int, float]]:
+        """(step, value) by step; a step logged twice (a resumed run) keeps its latest value."""
+        latest = {m.step: m.value for m in sorted(client.get_metric_history(run.info.run_id, key),
+                                                   key=lambda m: (m.step, m.timestamp))}
+        return sorted(latest.items())
 
-    score, hours = history(score_metric), history(cost_metric)
-    n = min(len(score), len(hours))
+    score_at, hours_at = history(score_metric), history(cost_metric)
+    curve_hours, curve_score = score_curve(score_at, hours_at)
+    score, hours = [v for _, v in score_at], [v for _, v in hours_at]
     warned = metrics.get("final/audit_warned")
     return RunRecord(
         name=run.info.run_name or run.info.run_id, variant=params["algorithm.variant"],
@@ -152,5 +169,5 @@ def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRe
         audit_warned=None if warned is None else bool(warned),
         phase_hours={k.removeprefix("cost/").removesuffix("_gpu_hours"): v for k, v in metrics.items()
                      if k.startswith("cost/") and k.endswith("_gpu_hours")},
-        curve_hours=hours[:n], curve_score=score[:n], run_id=run.info.run_id,
+        curve_hours=curve_hours, curve_score=curve_score, run_id=run.info.run_id,
     )
