@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from wmrl.simulate.report import mean_se, mean_se_text
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = "grpo_real"
 
@@ -34,12 +36,6 @@ def read_evals(run: Path) -> dict[tuple[str, str], dict]:
         e = json.loads(line)
         out[(e["label"], e["split"])] = e  # a replayed evaluation replaces the earlier line
     return out
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    x = np.asarray(values, dtype=float)
-    se = float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else float("nan")
-    return float(x.mean()), se
 
 
 def finished_runs(sweep: Path) -> dict[str, list[Path]]:
@@ -128,13 +124,15 @@ def main() -> int:
                      if REFERENCE in executed and np.mean(executed[REFERENCE]) > 0 else float("nan"))
             rows.append({"variant": variant, "split": split, "seeds": len(pairs), "before": b, "before_se": bse,
                          "after": a, "after_se": ase, "gain": d, "gain_se": dse,
-                         "gain_in_se": d / dse if dse and dse > 0 else float("nan"),
+                         "gain_in_se": d / dse if len(pairs) > 1 and dse > 0 else float("nan"),
                          "per_seed": [{"before": x, "after": y} for x, y in pairs],
                          "executions": executed[variant], "executions_vs_grpo_real": ratio,
                          "wall_minutes": [round(wall_minutes(r), 1) for r in rs]})
-            table.append(f"| {variant} | {split} | {len(pairs)} | {b:.4f} ± {bse:.4f} | {a:.4f} ± {ase:.4f} | "
-                         f"{d:+.4f} ± {dse:.4f} ({rows[-1]['gain_in_se']:.1f} s.e.) | "
-                         f"{np.mean(executed[variant]):.0f} ({ratio:.1%} of {REFERENCE}) |")
+            n = len(pairs)
+            gain = ("+" if d >= 0 else "") + mean_se_text(d, dse, n)
+            gain += f" ({rows[-1]['gain_in_se']:.1f} s.e.)" if math.isfinite(rows[-1]['gain_in_se']) else ""
+            table.append(f"| {variant} | {split} | {n} | {mean_se_text(b, bse, n)} | {mean_se_text(a, ase, n)} | "
+                         f"{gain} | {np.mean(executed[variant]):.0f} ({ratio:.1%} of {REFERENCE}) |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(rows, indent=1) + "\n")
     header = [("| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
