@@ -81,3 +81,12 @@ def test_a_trainer_curve_pairs_each_evaluation_with_the_cost_at_its_step():
     assert score == [0.3, 0.5, 0.8]
     assert hours == pytest.approx([0.0, 0.6, 1.2])  # before the first step nothing was spent
     assert score_curve([(5, 0.4)], [(2, 0.2), (4, 0.4), (7, 0.7)])[0] == [0.4]  # the last cost before it
+
+
+def test_a_trainer_runs_phases_come_from_its_measured_seconds():
+    from wmrl.sweep.records import _phase_hours
+
+    trainer = {"seconds_execution": 3600.0, "seconds_update": 1800.0, "seconds_per_step": 99.0, "compute_hours": 1.5}
+    assert _phase_hours(trainer) == {"execution": 1.0, "update": 0.5}
+    simulator = {"cost/execution_gpu_hours": 2.0, "seconds_update": 1800.0}
+    assert _phase_hours(simulator) == {"execution": 2.0}  # the priced cost, when there is one

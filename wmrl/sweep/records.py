@@ -142,6 +142,15 @@ def score_curve(score: list[tuple[int, float]], cost: list[tuple[int, float]]) -
     return hours, [value for _, value in score]
 
 
+def _phase_hours(metrics: dict[str, float]) -> dict[str, float]:
+    """GPU-hours per phase: the simulator's priced ``cost/<phase>_gpu_hours``, or a trainer's measured
+    ``seconds_<phase>`` totals (generation, world_model, execution, update, weight_sync, io)."""
+    priced = {k.removeprefix("cost/").removesuffix("_gpu_hours"): v for k, v in metrics.items()
+              if k.startswith("cost/") and k.endswith("_gpu_hours")}
+    return priced or {k.removeprefix("seconds_"): v / 3600.0 for k, v in metrics.items()
+                      if k.startswith("seconds_") and k != "seconds_per_step"}
+
+
 def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRecord:
     params, metrics = run.data.params, run.data.metrics
     missing = [p for p in ("algorithm.variant", "algorithm.seed") if p not in params]
@@ -167,7 +176,6 @@ def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRe
         # simulator runs log final/*; a trainer run's last step logs eta2 and rho themselves
         eta2=metrics.get("final/eta2", metrics.get("eta2")), rho=metrics.get("final/rho", metrics.get("rho")),
         audit_warned=None if warned is None else bool(warned),
-        phase_hours={k.removeprefix("cost/").removesuffix("_gpu_hours"): v for k, v in metrics.items()
-                     if k.startswith("cost/") and k.endswith("_gpu_hours")},
+        phase_hours=_phase_hours(metrics),
         curve_hours=curve_hours, curve_score=curve_score, run_id=run.info.run_id,
     )
