@@ -55,7 +55,10 @@ print("home is", os.path.expanduser("~"))
 """
     )
     result, grade = attack(world, code)
-    assert f"denied {target}" in result.stdout_tail
+    if not home.is_relative_to("/tmp"):
+        # (A HOME under /tmp, as in a test run with HOME=/tmp/x, is the sandbox's own tmpfs in there:
+        # the write may succeed inside and must still not reach the host, as checked next.)
+        assert f"denied {target}" in result.stdout_tail
     assert not target.exists()
     assert "home is /tmp" in result.stdout_tail
     assert_contained(world, before, result, grade)
