@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wmrl.sandbox import SandboxConfig, SandboxError, SandboxLimits, make_backend
-from wmrl.sandbox.bwrap import python_roots
+from wmrl.sandbox.bwrap import SANDBOX_PYTHON, SANDBOX_VENV, python_layout
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 
@@ -149,9 +149,56 @@ def test_unreadable_public_dir_is_a_clear_error(public: Path, tmp_path: Path) ->
         run("pass", public, tmp_path)
 
 
-def test_python_roots_cover_the_venv_and_its_base_interpreter() -> None:
+# A failing import deep in a library: its traceback names the library's files.
+TRACEBACK = """
+import sys, sklearn, pandas
+print(sys.prefix, sys.base_prefix, sys.executable, sklearn.__file__)
+pandas.read_csv("/nonexistent.csv")
+"""
+
+
+def test_the_python_installation_appears_at_fixed_paths(public: Path, tmp_path: Path) -> None:
     import sys
 
-    roots = python_roots(sys.executable)
-    assert any(sys.prefix.startswith(r) for r in roots)
-    assert any(sys.base_prefix.startswith(r) or sys.base_prefix.startswith("/usr") for r in roots)
+    result = run(TRACEBACK, public, tmp_path)
+    seen = result.stdout_tail + result.stderr_tail
+    assert result.status == "error" and "FileNotFoundError" in seen
+    assert "/site-packages/pandas/" in seen
+    assert sys.prefix not in seen  # neither the checkout's venv ...
+    if not sys.base_prefix.startswith("/usr/"):
+        assert sys.base_prefix not in seen  # ... nor the interpreter's installation
+    if sys.prefix != sys.base_prefix:
+        assert result.stdout_tail.split()[0] == SANDBOX_VENV
+        assert f"{SANDBOX_VENV}/lib/" in seen
+
+
+def test_an_outcome_does_not_depend_on_where_the_venv_lies(public: Path, tmp_path: Path) -> None:
+    import sys
+
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the tests do not run in a venv")
+    elsewhere = tmp_path / "another" / "checkout" / ".venv"
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.symlink_to(sys.prefix)  # the same venv, seen from another install path
+    here = run(TRACEBACK, public, tmp_path / "a")
+    there = run(TRACEBACK, public, tmp_path / "b", python=str(elsewhere / "bin" / "python"))
+    assert here.status == there.status == "error"
+    assert (here.stdout_tail, here.stderr_tail) == (there.stdout_tail, there.stderr_tail)
+
+
+def test_a_venv_made_with_copies_binds_its_own_interpreter(tmp_path: Path) -> None:
+    base, venv = tmp_path / "base", tmp_path / "venv"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3.11").write_text("")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib").mkdir()
+    (venv / "bin" / "python3").write_text("")  # a copy, not a link
+    (venv / "pyvenv.cfg").write_text(
+        f"home = {base}/bin\nversion = 3.11.7\ncommand = {base}/bin/python3 -m venv --copies {venv}\n"
+    )
+    layout = python_layout(str(venv / "bin" / "python3"))
+    assert layout.executable == f"{SANDBOX_VENV}/bin/python3"
+    assert (str(venv / "bin" / "python3"), f"{SANDBOX_VENV}/bin/python3") in layout.binds
+    assert (str(base), SANDBOX_PYTHON) in layout.binds
+    assert layout.pyvenv_cfg == f"home = {SANDBOX_PYTHON}/bin\nversion = 3.11.7\n"
+    assert str(tmp_path) not in "".join(t for t, _ in layout.symlinks)

@@ -138,10 +138,13 @@ import os
 print(sorted(os.environ.items()))
 """
     result, grade = attack(world, code)
-    names = {k for k, _ in eval(result.stdout_tail)}  # our own repr output
-    assert names <= {
+    env = dict(eval(result.stdout_tail))  # our own repr output
+    # The one path variable: where libpython lies when the installation moved to /opt/python.
+    assert env.get("LD_LIBRARY_PATH", "/opt/python/lib") == "/opt/python/lib"
+    assert set(env) <= {
         "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "USER", "LOGNAME", "DATA_DIR", "SUBMISSION_PATH",
         "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "CUDA_VISIBLE_DEVICES", "PWD",
         "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+        "LD_LIBRARY_PATH",
     }  # fmt: skip
     assert_contained(world, before, result, grade)

@@ -2,7 +2,8 @@
 
 The sandbox gets: its own pid, network (loopback only), ipc and uts namespaces; a fresh /proc;
 a tmpfs root holding read-only binds of /usr (and the /bin, /lib* links), the few /etc files
-programs need, the Python installation and the venv; size-limited tmpfs /tmp and /dev/shm (their
+programs need, the Python installation and the venv at fixed paths (/opt/python, /opt/venv, so
+no outcome depends on where wmrl was installed); size-limited tmpfs /tmp and /dev/shm (their
 pages count in the execution's memory); the task's public data read-only at /sandbox/data; the
 work dir writable at /sandbox/work (under the disk quota). Nothing else of the host.
 
@@ -19,6 +20,7 @@ import glob
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from wmrl.sandbox.base import ExecutionResult, SandboxLimits
@@ -51,23 +53,84 @@ ETC_FILES = (
 TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
-def python_roots(python: str) -> list[str]:
-    """Directories holding the interpreter and its libraries: bound read-only into the sandbox."""
-    if python == sys.executable:
-        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    else:
-        exe = Path(python).absolute()
-        roots = {str(exe.parent.parent)}  # PREFIX/bin/python -> PREFIX (a venv or an install)
-        cfg = exe.parent.parent / "pyvenv.cfg"
-        if cfg.is_file():
-            for line in cfg.read_text().splitlines():
-                key, _, value = line.partition("=")
-                if key.strip() == "home":
-                    roots.add(str(Path(value.strip()).parent))
-    roots.add(str(Path(os.path.realpath(python)).parent.parent))
-    # Installs under /usr are already bound; keep the rest, outermost first, no duplicates.
-    kept = sorted(r for r in roots if not (r == "/usr" or r.startswith("/usr/")))
-    return [r for r in kept if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in kept)]
+SANDBOX_PYTHON = "/opt/python"  # the interpreter's installation, as the solution sees it
+SANDBOX_VENV = "/opt/venv"  # the venv it runs in, if any
+
+
+@dataclass(frozen=True)
+class PythonLayout:
+    """The host's Python installation as the sandbox shows it: at fixed paths.
+
+    The solution's tracebacks, ``sys.prefix`` and every module path then read the same wherever
+    wmrl was installed, so an execution's outcome (and everything trained on it) does not depend
+    on the checkout's location. Installs under /usr keep their paths: /usr is bound as it is.
+    """
+
+    executable: str  # the interpreter's path inside the sandbox
+    binds: tuple[tuple[str, str], ...]  # (host, sandbox), read-only
+    symlinks: tuple[tuple[str, str], ...]  # (target, link) inside the sandbox
+    pyvenv_cfg: str | None  # the venv's pyvenv.cfg, its paths rewritten to the sandbox's
+    library_dir: str | None  # libpython's directory when it moved (an absolute RUNPATH misses it)
+
+    @property
+    def bin_dir(self) -> str:
+        return str(Path(self.executable).parent)
+
+
+def _read_pyvenv_cfg(path: Path) -> dict[str, str]:
+    pairs = (line.partition("=") for line in path.read_text().splitlines())
+    return {k.strip(): v.strip() for k, sep, v in pairs if sep}
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def python_layout(python: str) -> PythonLayout:
+    """Where the interpreter ``python`` (a venv's or an installation's) lies inside the sandbox."""
+    exe = Path(python).absolute()
+    real = Path(os.path.realpath(exe))
+    venv = exe.parent.parent if (exe.parent.parent / "pyvenv.cfg").is_file() else None
+    cfg = _read_pyvenv_cfg(venv / "pyvenv.cfg") if venv else {}
+    base = Path(cfg["home"]).parent if "home" in cfg else real.parent.parent
+    base_in = base if _under(base, Path("/usr")) else Path(SANDBOX_PYTHON)
+    binds: list[tuple[str, str]] = [] if base_in == base else [(str(base), SANDBOX_PYTHON)]
+
+    def inside(host: Path) -> Path | None:
+        if venv and _under(host, venv):
+            return Path(SANDBOX_VENV) / host.relative_to(venv)
+        if _under(host, base):
+            return base_in / host.relative_to(base)
+        return None
+
+    real_in = inside(real)
+    if real_in is None:  # an interpreter outside its own prefix: show it where it is
+        binds.append((str(real.parent.parent), str(real.parent.parent)))
+        real_in = real
+    elif venv and _under(real, venv):  # a venv made with --copies
+        binds.append((str(real), str(real_in)))
+    library_dir = None if base_in == base else f"{SANDBOX_PYTHON}/lib"
+    if venv is None:
+        return PythonLayout(str(inside(exe) or real_in), tuple(binds), (), None, library_dir)
+
+    # A venv: its lib/ at /opt/venv/lib, its bin/ made of links to the interpreter, and a
+    # pyvenv.cfg whose home is the sandbox's (the host's file names host paths).
+    binds.append((str(venv / "lib"), f"{SANDBOX_VENV}/lib"))
+    links = [
+        (str(real_in), f"{SANDBOX_VENV}/bin/{name}")
+        for name in dict.fromkeys((exe.name, "python", "python3"))
+        if Path(SANDBOX_VENV) / "bin" / name != real_in
+    ]
+    if (venv / "lib64").is_symlink():
+        links.append((os.readlink(venv / "lib64"), f"{SANDBOX_VENV}/lib64"))
+    cfg["home"] = str(inside(Path(cfg["home"])) or cfg["home"]) if "home" in cfg else ""
+    if "executable" in cfg:
+        cfg["executable"] = str(real_in)
+    cfg.pop("command", None)
+    text = "".join(f"{k} = {v}\n" for k, v in cfg.items() if v)
+    return PythonLayout(
+        f"{SANDBOX_VENV}/bin/{exe.name}", tuple(binds), tuple(links), text, library_dir
+    )
 
 
 def _parents(path: str) -> list[str]:
@@ -76,7 +139,7 @@ def _parents(path: str) -> list[str]:
 
 
 def build_argv(
-    python: str,
+    python: PythonLayout,
     public_dir: Path,
     work_dir: Path,
     scratch_in: Path,
@@ -121,11 +184,17 @@ def build_argv(
     tmp_size = str(limits.memory_mb * 1024 * 1024)
     argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp"]
     argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
-    for root in python_roots(python):
+    for host, dest in python.binds:
         # Parents are created world-traversable (the launcher no longer is root when it imports).
-        for parent in _parents(root):
+        for parent in _parents(dest):
             argv += ["--perms", "0755", "--dir", parent]
-        argv += ["--ro-bind", root, root]
+        argv += ["--ro-bind", host, dest]
+    for target, link in python.symlinks:
+        for parent in _parents(link):
+            argv += ["--perms", "0755", "--dir", parent]
+        argv += ["--symlink", target, link]
+    if python.pyvenv_cfg is not None:
+        argv += ["--ro-bind", str(scratch_in / "pyvenv.cfg"), f"{SANDBOX_VENV}/pyvenv.cfg"]
     for spec in extra_binds:
         src, _, dest = spec.partition(":")
         for parent in _parents(dest or src):
@@ -141,7 +210,7 @@ def build_argv(
         "--ro-bind", str(scratch_in), m.scratch_in,
         "--bind", str(scratch_out), m.scratch_out,
         "--chdir", m.work,
-        python, "-s", "-B", f"{m.scratch_in}/launcher.py", f"{m.scratch_in}/spec.json",
+        python.executable, "-s", "-B", f"{m.scratch_in}/launcher.py", f"{m.scratch_in}/spec.json",
     ]  # fmt: skip
     return argv
 
@@ -151,7 +220,7 @@ class BwrapBackend:
 
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
         self.cfg = cfg or SandboxConfig()
-        self.python = self.cfg.python or sys.executable
+        self.python = python_layout(self.cfg.python or sys.executable)
         if shutil.which("bwrap") is None:
             raise SandboxError(
                 "bwrap (bubblewrap) is not installed; install it or set sandbox.backend"
@@ -173,9 +242,13 @@ class BwrapBackend:
         pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
         try:
             fill_scratch(scratch, code, SANDBOX_MOUNTS, limits, uid, pipe.write_fd)
+            if self.python.pyvenv_cfg is not None:
+                (scratch.inp / "pyvenv.cfg").write_text(self.python.pyvenv_cfg)
             env = sandbox_env(
-                SANDBOX_MOUNTS, self.cfg.threads, path=f"{Path(self.python).parent}:{BASE_PATH}"
+                SANDBOX_MOUNTS, self.cfg.threads, path=f"{self.python.bin_dir}:{BASE_PATH}"
             )
+            if self.python.library_dir:
+                env["LD_LIBRARY_PATH"] = self.python.library_dir
             env.update(gpu_env(limits))
             argv = build_argv(
                 self.python, public_dir, work_dir, scratch.inp, scratch.out, limits,
