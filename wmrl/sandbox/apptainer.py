@@ -102,6 +102,7 @@ def build_argv(
 
 class ApptainerBackend:
     name = "apptainer"
+    revision = 1
 
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg = cfg

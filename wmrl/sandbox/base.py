@@ -53,6 +53,9 @@ class ExecutionResult:
 
 class SandboxBackend(Protocol):
     name: str
+    # What a solution sees of the host (paths, layout): bumped when that changes, so outcomes
+    # cached under an older view (tracebacks name paths) are not reused.
+    revision: int
 
     def run(self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits) -> ExecutionResult:
         """Run ``code`` with ``DATA_DIR=public_dir`` (read-only) and a fresh writable ``work_dir``.

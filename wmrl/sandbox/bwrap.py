@@ -217,6 +217,7 @@ def build_argv(
 
 class BwrapBackend:
     name = "bwrap"
+    revision = 2  # 2: the Python installation at /opt/python, /opt/venv
 
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
         self.cfg = cfg or SandboxConfig()

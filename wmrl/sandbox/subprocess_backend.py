@@ -37,6 +37,7 @@ WARNING = (
 
 class SubprocessBackend:
     name = "subprocess"
+    revision = 1
 
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
         self.cfg = cfg or SandboxConfig(backend="subprocess")

@@ -184,7 +184,7 @@ def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, 
     from wmrl.execution import execute_and_grade
     from wmrl.progress import progress_display
 
-    cache = cache_dir() / f"{backend.name}-{limits.timeout_s:g}s"
+    cache = cache_dir() / f"{backend.name}-r{backend.revision}-{limits.timeout_s:g}s"
     cache.mkdir(parents=True, exist_ok=True)
     results: dict[str, Outcome] = {}
     todo = []
