@@ -27,11 +27,12 @@ def sft_default_model(cfg: WMRLConfig, base: Path | None = None, progress: bool 
     if base is None:
         base, built = ensure_tiny_model(cfg.model, cfg.tasks.root)
         log(f"base model: {base} ({'built' if built else 'cached'}, {time.monotonic() - started:.0f} s)")
+    examples_started = time.monotonic()
     data = build_sft_data(cfg, load_tokenizer(base), max_tokens=cfg.sft.pack_tokens, progress=progress)
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(data.counts.items()))
     skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(data.skipped.items())) or "none"
     log(f"examples: {counts}; skipped as longer than sft.pack_tokens={cfg.sft.pack_tokens}: {skipped} "
-        f"({time.monotonic() - started:.0f} s)")
+        f"({time.monotonic() - examples_started:.0f} s)")
     return run_sft(base, data.examples, cfg.sft, cache_dir=cfg.model.cache_dir, progress=progress)
 
 
