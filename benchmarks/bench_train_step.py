@@ -100,7 +100,10 @@ def markdown(result: dict[str, Any], command: str, note: str) -> str:
         "",
         ("Phase seconds are summed over the step's trajectories; `other` is the step's wall time minus the "
          "phases (anchor choice, calibration, scoring, bookkeeping). `evaluation` and `checkpoint` fall only "
-         "in the steps that evaluate or save."),
+         "in the steps that evaluate or save."
+         + (" Here `other` is negative: phases overlapped, e.g. the workers ran an anchor group's executions "
+            "side by side, so their summed seconds exceed the wall time they took."
+            if result["phases"]["other"]["mean_s"] < 0 else "")),
         "",
         "| peak memory | MB |",
         "| --- | ---: |",

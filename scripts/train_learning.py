@@ -132,7 +132,8 @@ def main() -> int:
             gain = ("+" if d >= 0 else "") + mean_se_text(d, dse, n)
             gain += f" ({rows[-1]['gain_in_se']:.1f} s.e.)" if math.isfinite(rows[-1]['gain_in_se']) else ""
             table.append(f"| {variant} | {split} | {n} | {mean_se_text(b, bse, n)} | {mean_se_text(a, ase, n)} | "
-                         f"{gain} | {np.mean(executed[variant]):.0f} ({ratio:.1%} of {REFERENCE}) |")
+                         f"{gain} | {np.mean(executed[variant]):.0f} "
+                         f"({f'{ratio:.1%} of {REFERENCE}' if math.isfinite(ratio) else f'no {REFERENCE} run'}) |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(rows, indent=1) + "\n")
     header = [("| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
