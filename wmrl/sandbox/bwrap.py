@@ -138,6 +138,12 @@ def _parents(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+def _make_parents(path: str) -> list[str]:
+    """bwrap arguments creating ``path``'s parents world-traversable (the launcher drops root
+    before it imports anything)."""
+    return [a for parent in _parents(path) for a in ("--perms", "0755", "--dir", parent)]
+
+
 def build_argv(
     python: PythonLayout,
     public_dir: Path,
@@ -185,21 +191,14 @@ def build_argv(
     argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp"]
     argv += ["--perms", "01777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
     for host, dest in python.binds:
-        # Parents are created world-traversable (the launcher no longer is root when it imports).
-        for parent in _parents(dest):
-            argv += ["--perms", "0755", "--dir", parent]
-        argv += ["--ro-bind", host, dest]
+        argv += [*_make_parents(dest), "--ro-bind", host, dest]
     for target, link in python.symlinks:
-        for parent in _parents(link):
-            argv += ["--perms", "0755", "--dir", parent]
-        argv += ["--symlink", target, link]
+        argv += [*_make_parents(link), "--symlink", target, link]
     if python.pyvenv_cfg is not None:
         argv += ["--ro-bind", str(scratch_in / "pyvenv.cfg"), f"{SANDBOX_VENV}/pyvenv.cfg"]
     for spec in extra_binds:
         src, _, dest = spec.partition(":")
-        for parent in _parents(dest or src):
-            argv += ["--perms", "0755", "--dir", parent]
-        argv += ["--ro-bind", src, dest or src]
+        argv += [*_make_parents(dest or src), "--ro-bind", src, dest or src]
     if limits.gpus > 0:
         for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             argv += ["--dev-bind", dev, dev]
