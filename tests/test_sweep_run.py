@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from sweep_support import children, popen_cli, run_cli, sweep_argv, write_spec
+from sweep_support import SMALL_SPEC, children, popen_cli, run_cli, sweep_argv, write_spec
 
 from wmrl.config import ConfigError
 from wmrl.sweep.runner import prepare
@@ -88,13 +88,37 @@ def test_killed_sweep_reissued_skips_finished_runs(tmp_path):
     assert "sweep small: 10/10 runs" in done.stderr and "\r" not in done.stderr
 
 
-def test_reissued_sweep_with_changed_runs_is_refused(tmp_path):
-    spec_path = write_spec(tmp_path)
-    prepare(load_spec(spec_path), tmp_path, "local", ("tracking.enabled=false",))
-    spec_path.write_text(spec_path.read_text().replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
-    with pytest.raises(ConfigError, match="holds a different sweep named 'small'"):
-        prepare(load_spec(spec_path), tmp_path, "local", ("tracking.enabled=false",))
+def test_a_group_can_have_its_own_seeds(tmp_path):
+    spec = load_spec(write_spec(tmp_path, SMALL_SPEC.replace("  - variants: [grpo_real]\n",
+                                                             "  - variants: [grpo_real]\n    seeds: [5]\n")))
+    names = [r.name for r in spec.runs]
+    assert [n for n in names if n.startswith("grpo_real")] == ["grpo_real_s5"]
+    assert sum(n.startswith("wmrl") for n in names) == 4 * 2  # the spec's seeds [0, 1]
+    with pytest.raises(ConfigError, match=r"groups\[1\].seeds='5' must be a non-empty list of integers"):
+        load_spec(write_spec(tmp_path, SMALL_SPEC.replace("  - variants: [grpo_real]\n",
+                                                          "  - variants: [grpo_real]\n    seeds: '5'\n")))
 
+
+def test_reissued_sweep_may_add_seeds_but_not_drop_or_change_runs(tmp_path):
+    args = (tmp_path, "local", ("tracking.enabled=false",))
+    spec_path = write_spec(tmp_path)
+    prepare(load_spec(spec_path), *args)
+    first = _sweep_json(tmp_path)
+    # More seeds: the new runs are added to the same sweep, the old ones keep their configs.
+    spec_path.write_text(SMALL_SPEC.replace("seeds: [0, 1]", "seeds: [0, 1, 2]"))
+    prep = prepare(load_spec(spec_path), *args)
+    state = _sweep_json(tmp_path)
+    assert len(prep.configs) == 15 and len(state["runs"]) == 15 and state["runs"][:2] == first["runs"][:2]
+    assert set(first["runs"]) < set(state["runs"]) and state["created_at"] == first["created_at"]
+    assert (tmp_path / "sweeps" / "small" / "runs" / "grpo_real_s2" / "config.yaml").exists()
+    # Dropping runs is refused, naming them; so is changing a kept run's config.
+    spec_path.write_text(SMALL_SPEC)
+    with pytest.raises(ConfigError, match="holds a different sweep named 'small'.*no longer lists 5 of its runs"):
+        prepare(load_spec(spec_path), *args)
+    spec_path.write_text(SMALL_SPEC.replace("seeds: [0, 1]", "seeds: [0, 1, 2]").replace("steps=30", "steps=40"))
+    with pytest.raises(ConfigError, match=r"run wmrl_anchor_frac=0.1_w_max=1_s0 .*simulator.steps: 30 in the run, 40 now"):
+        prepare(load_spec(spec_path), *args)
+    assert _sweep_json(tmp_path) == state  # a refused issue records nothing
 
 
 def test_launch_sweep_runs_a_coordinator_that_logs_under_the_parent(tmp_path):

@@ -27,7 +27,7 @@ from typing import Any
 
 from wmrl.config import ConfigError, WMRLConfig
 from wmrl.io import atomic_write_text, read_json
-from wmrl.orchestration.rundir import RunDir, config_mismatch
+from wmrl.orchestration.rundir import RunDir, config_diff, config_mismatch
 from wmrl.progress import Progress, progress_display
 from wmrl.sweep.simulate_run import compute, log_run
 from wmrl.sweep.spec import SweepSpec, run_config, run_configs
@@ -87,7 +87,7 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
     """Validate every run's config, open the sweep directory and its parent run, write run configs."""
     sweep = SweepDir.for_spec(spec, runs_root)
     base = run_config(spec, spec.runs[0], sweep.runs, extra)  # fails on a bad spec before anything exists
-    state = sweep.open(spec)
+    state, added = sweep.open(spec)
     tracking_uri = base.tracking.absolute().uri
     base.tracking.uri = tracking_uri
     parent = _parent_run(spec, sweep, base, state)
@@ -100,12 +100,16 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
         # and checks the run directory itself)
         path = sweep.run_path(name) / "config.yaml" if spec.kind == "simulate" else launch_config(sweep, name)
         mismatch = config_mismatch(RunDir(path.parent), text) if path.name == "config.yaml" else (
-            f"{path} exists with a different config" if path.exists() and path.read_text() != text else None)
+            f"{path} exists with a different config ({config_diff(path.read_text(), text)})"
+            if path.exists() and path.read_text() != text else None)
         if mismatch:
-            raise ConfigError(mismatch)
+            raise ConfigError(f"{spec.source}, run {name} (the spec or the command line changed it): {mismatch}")
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, text)
+    if added:
+        sweep.extend(spec)
+        print(f"sweep {spec.name}: the spec adds {len(added)} run(s): {', '.join(added)}", file=sys.stderr)
     configs = {name: cfg for name, (cfg, _) in resolved.items()}
     return Prepared(spec, sweep, configs, own, base.tracking.enabled, parent)
 

@@ -13,6 +13,7 @@ directory + its own MLflow run (a child of the sweep's parent run). The spec::
       - variants: [wmrl, denoise_only]
         grid: {algorithm.anchor_frac: [0.05, 0.1], algorithm.w_max: [1, 4]}
       - variants: [grpo_real, pure_wm]
+        seeds: [0, 1]               # a group's own seeds replace the spec's
 
 Every run's config is loaded (and so validated) when the spec is, so a bad key in any point of the
 grid fails before anything runs, naming the spec file, the run and the key.
@@ -34,7 +35,7 @@ from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config
 
 KINDS = ("simulate", "launch")
 SPEC_KEYS = ("name", "kind", "config", "overrides", "seeds", "groups")
-GROUP_KEYS = ("variants", "grid")
+GROUP_KEYS = ("variants", "grid", "seeds")
 
 
 @dataclass(frozen=True)
@@ -98,15 +99,19 @@ def parse_spec(data: Any, source: str = "<spec>") -> SweepSpec:
     overrides = [str(o) for o in data.get("overrides") or []]
     if any("=" not in o for o in overrides):
         raise _fail(source, f"overrides must be key=value strings, got {overrides}")
-    seeds = data.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise _fail(source, f"seeds={seeds!r} must be a non-empty list of integers")
+    seeds = _seeds(source, "seeds", data.get("seeds", [0]))
     groups = data.get("groups")
     if not isinstance(groups, list) or not groups:
         raise _fail(source, "groups must be a non-empty list of {variants: [...], grid: {key: [values]}}")
-    spec = SweepSpec(name, kind, data.get("config"), overrides, list(dict.fromkeys(seeds)), groups, source)
+    spec = SweepSpec(name, kind, data.get("config"), overrides, seeds, groups, source)
     spec.runs = _expand(spec)
     return spec
+
+
+def _seeds(source: str, where: str, seeds: Any) -> list[int]:
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise _fail(source, f"{where}={seeds!r} must be a non-empty list of integers")
+    return list(dict.fromkeys(seeds))
 
 
 def _expand(spec: SweepSpec) -> list[RunSpec]:
@@ -125,10 +130,11 @@ def _expand(spec: SweepSpec) -> list[RunSpec]:
         for key in grid:
             if key in ("algorithm.variant", "algorithm.seed", "run_name", "runs_root"):
                 raise _fail(spec.source, f"{where}.grid: {key} is set by the sweep itself")
+        seeds = _seeds(spec.source, f"{where}.seeds", group["seeds"]) if "seeds" in group else spec.seeds
         for variant in variants:
             for values in itertools.product(*grid.values()):
                 point = tuple(zip(grid.keys(), values))
-                for seed in spec.seeds:
+                for seed in seeds:
                     name = run_name(variant, point, seed)
                     sets = [f"{k}={v}" for k, v in point]
                     own = [f"algorithm.variant={variant}", f"algorithm.seed={seed}", f"run_name={name}"]

@@ -45,21 +45,36 @@ class SweepDir:
         path = self.root / SWEEP_FILE
         return read_json(path) if path.exists() else None
 
-    def open(self, spec: SweepSpec) -> dict[str, Any]:
-        """Create the sweep's record, or check that a re-issued sweep is the same sweep."""
+    def open(self, spec: SweepSpec) -> tuple[dict[str, Any], list[str]]:
+        """Create the sweep's record, or check a re-issued spec against it; returns the record and the
+        runs the spec adds to it.
+
+        A re-issued spec may add runs (more seeds, another grid value: ``extend`` records them once
+        their configs are written) but must keep every run it had. A kept run whose config changed is
+        refused by the caller's check of the config file that run was given."""
         state = self.read()
-        if state is not None:
-            if state.get("digest") != spec.digest():
-                raise ConfigError(
-                    f"{self.root} holds a different sweep named {spec.name!r} (its runs or overrides "
-                    "changed); give the changed sweep a new name, or restore the spec it was issued with"
-                )
-            return state
-        self.runs.mkdir(parents=True, exist_ok=True)
-        state = {"name": spec.name, "kind": spec.kind, "digest": spec.digest(), "spec": spec.source,
-                 "runs": [r.name for r in spec.runs], "created_at": time.time(), "parent_run_id": None}
-        atomic_write_json(self.root / SWEEP_FILE, state)
-        return state
+        if state is None:
+            self.runs.mkdir(parents=True, exist_ok=True)
+            state = {"name": spec.name, "kind": spec.kind, "digest": spec.digest(), "spec": spec.source,
+                     "runs": [r.name for r in spec.runs], "created_at": time.time(), "parent_run_id": None}
+            atomic_write_json(self.root / SWEEP_FILE, state)
+            return state, []
+        if state.get("digest") == spec.digest():
+            return state, []
+        names = [r.name for r in spec.runs]
+        dropped = [n for n in state.get("runs", []) if n not in set(names)]
+        if state.get("kind") != spec.kind or dropped:
+            what = f"kind {state.get('kind')} -> {spec.kind}" if state.get("kind") != spec.kind else (
+                f"it no longer lists {len(dropped)} of its runs: {', '.join(dropped[:5])}")
+            raise ConfigError(
+                f"{self.root} holds a different sweep named {spec.name!r} ({what}); a re-issued spec may add "
+                "runs but not drop or change them: give the changed sweep a new name, or restore its runs"
+            )
+        return state, [n for n in names if n not in set(state.get("runs", []))]
+
+    def extend(self, spec: SweepSpec) -> dict[str, Any]:
+        """Record a re-issued spec's added runs (after their configs were checked and written)."""
+        return self.update(runs=[r.name for r in spec.runs], digest=spec.digest())
 
     def update(self, **fields: Any) -> dict[str, Any]:
         state = self.read() or {}
