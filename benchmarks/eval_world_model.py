@@ -172,9 +172,9 @@ def main() -> int:
 
     sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
     backend, limits = make_backend(sandbox), limits_from_config(sandbox)
-    with tempfile.TemporaryDirectory(prefix="wmrl-eval-") as work:
-        outcomes = real_outcomes(variants, by_id, backend, limits, Path(work), progress=True)
     runtime = probe_runtime(make_backend(cfg.sandbox), limits_from_config(cfg.sandbox))
+    with tempfile.TemporaryDirectory(prefix="wmrl-eval-") as work:
+        outcomes = real_outcomes(variants, by_id, backend, limits, runtime, Path(work), progress=True)
     cases = {t.task_id: TaskCase.from_task(t) for t in tasks}
     report = {"model": args.model, "checks": list(wm.checks), "prompt_style": wm.prompt_style,
               "max_overview_chars": wm.max_overview_chars, "host": f"{platform.node()} ({platform.processor()})",

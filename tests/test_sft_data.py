@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,8 @@ def test_world_model_targets_come_from_real_executions_and_are_cached(task, tmp_
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     variants = make_variants([task], per_task=1, heldout_fraction=0.0)
     backend, limits = make_backend(SandboxConfig(backend="bwrap")), SandboxLimits(timeout_s=60)
-    outcomes = real_outcomes(variants, {task.task_id: task}, backend, limits, tmp_path / "work")
+    runtime = table_runtime()
+    outcomes = real_outcomes(variants, {task.task_id: task}, backend, limits, runtime, tmp_path / "work")
     by_kind = {v.kind: outcomes[v.key] for v in variants}
     assert by_kind["reference"].source == "leaderboard" and by_kind["reference"].score == 0.6
     expected = {"wrong_column": "KeyError", "missing_import": "NameError", "wrong_file": "FileNotFoundError",
@@ -130,8 +132,15 @@ def test_world_model_targets_come_from_real_executions_and_are_cached(task, tmp_
         raise AssertionError("a cached variant was executed again")
 
     monkeypatch.setattr("wmrl.execution.execute_and_grade", no_run)
-    again = real_outcomes(variants, {task.task_id: task}, backend, limits, tmp_path / "work")
+    again = real_outcomes(variants, {task.task_id: task}, backend, limits, runtime, tmp_path / "work")
     assert {k: o.to_dict() for k, o in again.items()} == {k: o.to_dict() for k, o in outcomes.items()}
+    # Another library version in the sandbox (an upgraded pandas moves traceback lines): not reused.
+    pandas = next(i for i, lib in enumerate(runtime.libraries) if lib.name == "pandas")
+    libraries = list(runtime.libraries)
+    libraries[pandas] = replace(libraries[pandas], version="9.9.9")
+    with pytest.raises(AssertionError, match="executed again"):
+        real_outcomes(variants, {task.task_id: task}, backend, limits, replace(runtime, libraries=tuple(libraries)),
+                      tmp_path / "work")
 
     data = SFTData([])
     sim = SimulatorContext(60, 0, table_runtime())
@@ -174,3 +183,16 @@ def test_world_model_sft_leaves_out_what_the_pre_check_settles(task):
     kept = {v.kind for v in left_to_the_world_model(variants, [task], probed)}
     assert "not_installed" not in kept and "wrong_file" not in kept  # settled exactly by the pre-check
     assert {"reference", "crash", "invalid_submission"} <= kept  # only running them tells
+
+
+def test_sft_executes_no_held_out_variant(task):
+    """The held-out variants are the world model evaluation's: `wmrl sft` neither trains on them nor
+    runs them."""
+    from wmrl.sft.data import world_model_sft_variants
+    from wmrl.world_model.config import WorldModelConfig
+
+    everything = make_variants([task], per_task=1, heldout_fraction=0.0)
+    assert world_model_sft_variants([task], WorldModelConfig(precheck=False, heldout_fraction=0.0, sft_variants_per_task=1),
+                                    table_runtime()) == everything
+    assert world_model_sft_variants([task], WorldModelConfig(precheck=False, heldout_fraction=1.0, sft_variants_per_task=1),
+                                    table_runtime()) == []

@@ -13,6 +13,7 @@ importable top-level module.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from dataclasses import dataclass, replace
@@ -51,6 +52,12 @@ class SandboxRuntime:
     def prompt_listing(self) -> str:
         """'numpy 1.26, pandas 2.2, ..., torch 2.13 (CUDA)' as the paper's prompts write it."""
         return ", ".join(lib.short() for lib in self.libraries)
+
+    def digest(self) -> str:
+        """Identity of what code meets in this sandbox (interpreter and library versions): a cached
+        execution outcome is only reused under the same one (an upgrade moves traceback lines)."""
+        body = json.dumps([self.python, sorted((lib.name, lib.version) for lib in self.libraries)])
+        return hashlib.sha256(body.encode()).hexdigest()[:10]
 
     def python_short(self) -> str:
         return ".".join(self.python.split(".")[:2])

@@ -34,7 +34,7 @@ from wmrl.world_model.prompts import (
     simulator_system_prompt,
 )
 from wmrl.world_model.targets import target_json
-from wmrl.world_model.variants import Outcome, Variant
+from wmrl.world_model.variants import Outcome, Variant, make_variants
 
 AGENT, WORLD_MODEL = "agent", "world_model"
 _DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
@@ -131,6 +131,15 @@ def left_to_the_world_model(variants: Sequence[Variant], tasks: Sequence[Any], r
     return [v for v in variants if prechecks[v.task_id].check(v.code) is None]
 
 
+def world_model_sft_variants(train: Sequence[Any], wm: Any, runtime: Any) -> list[Variant]:
+    """The variants ``wmrl sft`` executes and trains the world model on: the training tasks' variants
+    that are not held out (those are the world model evaluation's, benchmarks/eval_world_model.py),
+    less the ones the pre-check settles when it is on."""
+    variants = [v for v in make_variants(list(train), wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
+                if not v.heldout]
+    return left_to_the_world_model(variants, train, runtime) if wm.precheck else variants
+
+
 def _add(data: SFTData, example: Any, max_tokens: int) -> None:
     if len(example.prompt_ids) + len(example.target_ids) > max_tokens:
         data.skipped[example.kind] += 1
@@ -160,7 +169,7 @@ def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = T
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.tasks.overview import task_overview
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
-    from wmrl.world_model.variants import make_variants, real_outcomes
+    from wmrl.world_model.variants import real_outcomes
 
     root = ensure_builtin_pool(cfg.tasks.root or None, progress=progress)
     tasks = load_pool(root)
@@ -171,13 +180,11 @@ def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = T
     policy_examples(tokenizer, train, overviews, agent_ctx, cfg.agent.prompt_style, max_tokens, data,
                     cfg.sft.references_per_task)
     wm = cfg.world_model
-    variants = make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
-    if wm.precheck:
-        variants = left_to_the_world_model(variants, train, runtime)
+    variants = world_model_sft_variants(train, wm, runtime)
     sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
     with tempfile.TemporaryDirectory(prefix="wmrl-variants-") as work:
         outcomes = real_outcomes(variants, {t.task_id: t for t in tasks}, make_backend(sandbox),
-                                 limits_from_config(sandbox), Path(work), progress=progress)
+                                 limits_from_config(sandbox), runtime, Path(work), progress=progress)
     world_model_examples(tokenizer, variants, outcomes, overviews, sim_ctx, wm.checks, wm.prompt_style,
                          wm.max_overview_chars, max_tokens, data)
     return data

@@ -177,14 +177,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("WMRL_CACHE") or Path.home() / ".cache" / "wmrl") / "outcomes"
 
 
-def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, limits: Any,
+def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, limits: Any, runtime: Any,
                   work_root: Path, workers: int = 2, progress: bool = False) -> dict[str, Outcome]:
     """Each variant's real outcome by ``variant.key``: references from their leaderboard run, the rest
-    executed in ``backend`` (``workers`` at once) unless the cache already holds them."""
+    executed in ``backend`` (``workers`` at once) unless the cache already holds them. The cache is
+    keyed by the backend, its revision, the time limit and ``runtime`` (the probed
+    :class:`~wmrl.sandbox.probe.SandboxRuntime` of ``backend``: its interpreter and library versions)."""
     from wmrl.execution import execute_and_grade
     from wmrl.progress import progress_display
 
-    cache = cache_dir() / f"{backend.name}-r{backend.revision}-{limits.timeout_s:g}s"
+    cache = cache_dir() / f"{backend.name}-r{backend.revision}-{limits.timeout_s:g}s-{runtime.digest()}"
     cache.mkdir(parents=True, exist_ok=True)
     results: dict[str, Outcome] = {}
     todo = []
