@@ -49,6 +49,8 @@ def main() -> None:
     from wmrl.generation.vllm_engine import VLLMGenerator
     from wmrl.models.loading import load_causal_lm
 
+    if args.transfer == "nccl" and torch.cuda.device_count() < 2:
+        raise SystemExit("--transfer nccl needs 2 GPUs (the learner's and vLLM's); use --transfer ipc on one GPU")
     record: dict = {"transfer": args.transfer, "batch": args.batch, "new_tokens": args.new_tokens,
                     "gpu": torch.cuda.get_device_name(0)}
     with tempfile.TemporaryDirectory(prefix="wmrl-gpu-smoke-") as tmp:
@@ -72,7 +74,7 @@ def main() -> None:
         tokens = sum(len(g.token_ids) for g in before)
         record.update(generate_s=seconds, generated_tokens=tokens, tokens_per_s=tokens / seconds)
 
-        device = "cuda:1" if args.transfer == "nccl" and torch.cuda.device_count() > 1 else "cuda:0"
+        device = "cuda:1" if args.transfer == "nccl" else "cuda:0"
         learner = load_causal_lm(path, dtype="bfloat16", device=device)
         with torch.no_grad():
             for p in learner.parameters():

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 from models_support import build_tiny
+from torch.multiprocessing.reductions import rebuild_tensor
 
+from wmrl.config_checks import ConfigError
 from wmrl.generation import vllm_engine
 from wmrl.generation.base import SamplingParams
 from wmrl.generation.config import GenerationConfig, VLLMConfig
@@ -31,13 +33,41 @@ class FakeLogprob:
         self.logprob = value
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch):
+# The worker side's dataclass fields in the two layouts of vLLM's API that wmrl supports, read from the
+# released sources (vllm/distributed/weight_transfer/{nccl_common,nccl_engine,ipc_engine}.py): vLLM
+# builds each dataclass from the dict it is sent, so an unknown key fails the call.
+FIELDS = {
+    (0, 27): {"nccl_init": {"master_address", "master_port", "rank_offset", "world_size"},
+              "nccl_update": {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
+                              "packed_num_buffers"}},
+    (0, 33): {"nccl_init": {"master_address", "master_port", "rank_offset", "world_size", "nccl_unique_id_b64",
+                            "packed", "packed_buffer_size_bytes", "packed_num_buffers"},
+              "nccl_update": {"names", "dtype_names", "shapes"}},
+}
+IPC_INIT = {"packed"}
+IPC_UPDATE = {"names", "dtype_names", "shapes", "ipc_handles", "ipc_handles_pickled", "tensor_sizes"}
+
+
+def _check_keys(what: str, info: dict, allowed: set[str]) -> None:
+    unknown = set(info) - allowed
+    if unknown:
+        raise ValueError(f"Invalid {what}: unexpected keyword argument(s) {sorted(unknown)}")
+
+
+@pytest.fixture(params=["0.27.0", "0.33.0"])
+def fake_vllm(request, monkeypatch):
+    """A stand-in for vLLM of the given release: records every call and checks each request as its
+    worker does (fields, start before update); the NCCL group and broadcast are recorded, not run."""
     rec = Recorder()
+    version = request.param
+    fields = FIELDS[tuple(int(x) for x in version.split(".")[:2])]
 
     class LLM:
         def __init__(self, **kwargs):
             rec.calls.append(("LLM", kwargs))
+            self.backend = kwargs["weight_transfer_config"].backend
+            self.active = False
+            self.packed = False
 
         def generate(self, prompts, params, use_tqdm=True):
             rec.calls.append(("generate", (prompts, params)))
@@ -50,47 +80,60 @@ def fake_vllm(monkeypatch):
             return outs
 
         def init_weight_transfer_engine(self, request):
+            info = request["init_info"]
+            _check_keys("init_info", info, fields["nccl_init"] if self.backend == "nccl" else IPC_INIT)
+            self.packed = info.get("packed", False)
             rec.calls.append(("init_weight_transfer_engine", request))
 
         def start_weight_update(self):
+            self.active = True
             rec.calls.append(("start_weight_update", None))
 
         def update_weights(self, request):
+            if not self.active:
+                raise RuntimeError("start_weight_update must be called before update_weights.")
+            info = request["update_info"]
+            _check_keys("update_info", info, fields["nccl_update"] if self.backend == "nccl" else IPC_UPDATE)
+            if self.backend == "ipc":
+                # The worker rebuilds each tensor from the handle's argument tuple (on a GPU with
+                # rebuild_cuda_tensor after pointing args[6] at its device; here the CPU rebuild).
+                info["rebuilt"] = [rebuild_tensor(*h["GPU-test-uuid"]) for h in info["ipc_handles"]]
             rec.calls.append(("update_weights", request))
 
         def finish_weight_update(self):
+            self.active = False
             rec.calls.append(("finish_weight_update", None))
+
+        def reset_prefix_cache(self):
+            rec.calls.append(("reset_prefix_cache", None))
 
     def sampling_params(**kwargs):
         return types.SimpleNamespace(**kwargs)
 
     class WeightTransferConfig:
         def __init__(self, backend):
-            if backend not in ("nccl", "ipc"):
-                raise ValueError(backend)
             self.backend = backend
 
-    class NCCLWeightTransferEngine:
-        @staticmethod
-        def trainer_init(info):
-            rec.calls.append(("trainer_init", info))
-            return "group"
+    def trainer_init(info):
+        assert set(info) == {"master_address", "master_port", "world_size"}
+        rec.calls.append(("trainer_init", info))
+        return "group"
 
-        @staticmethod
-        def trainer_send_weights(iterator, trainer_args):
-            rec.calls.append(("trainer_send_weights", ([n for n, _ in iterator], trainer_args)))
+    def packed_nccl_broadcast_producer(iterator, group, src, post_iter_func):
+        rec.calls.append(("broadcast", ([n for n, _ in iterator], group, src)))
 
     modules = {
-        "vllm": types.SimpleNamespace(LLM=LLM, SamplingParams=sampling_params, __version__="stand-in"),
+        "vllm": types.SimpleNamespace(LLM=LLM, SamplingParams=sampling_params, __version__=version),
         "vllm.config": types.SimpleNamespace(WeightTransferConfig=WeightTransferConfig),
-        "vllm.distributed.weight_transfer.nccl_engine": types.SimpleNamespace(
-            NCCLWeightTransferEngine=NCCLWeightTransferEngine,
-            NCCLTrainerSendWeightsArgs=lambda **kw: dict(kw, cls="NCCLTrainerSendWeightsArgs")),
+        "vllm.distributed.weight_transfer.nccl_common": types.SimpleNamespace(trainer_init=trainer_init),
+        "vllm.distributed.weight_transfer.packed_tensor": types.SimpleNamespace(
+            packed_nccl_broadcast_producer=packed_nccl_broadcast_producer),
     }
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(vllm_engine, "gpu_uuid", lambda: "GPU-test-uuid")
+    monkeypatch.setattr(vllm_engine, "gpu_uuid", lambda device: "GPU-test-uuid")
     monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)
+    rec.version = version
     return rec
 
 
@@ -106,10 +149,11 @@ def names(rec: Recorder) -> list[str]:
 def test_engine_is_built_from_the_config_with_native_weight_transfer(fake_vllm, tiny):
     cfg = GenerationConfig(backend="vllm", vllm=VLLMConfig(gpu_memory_utilization=0.3, max_model_len=8192))
     gen = build_generator(tiny, cfg, colocated=True)
-    (_, kwargs), = fake_vllm.calls
+    (_, kwargs), (init, request) = fake_vllm.calls
     assert kwargs["model"] == str(tiny) and kwargs["tokenizer"] == str(tiny)
     assert kwargs["weight_transfer_config"].backend == "ipc"
     assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"], kwargs["tensor_parallel_size"]) == (0.3, 8192, 1)
+    assert (init, request) == ("init_weight_transfer_engine", {"init_info": {"packed": False}})  # one handle per tensor
     assert gen.tokenizer.eos_token == "<|im_end|>"
     import os
 
@@ -119,6 +163,13 @@ def test_engine_is_built_from_the_config_with_native_weight_transfer(fake_vllm, 
 def test_auto_transfer_is_nccl_when_vllm_has_its_own_gpus(fake_vllm, tiny):
     gen = vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(tensor_parallel_size=2), colocated=False)
     assert gen.transfer == "nccl" and fake_vllm.calls[0][1]["weight_transfer_config"].backend == "nccl"
+
+
+def test_ipc_with_tensor_parallelism_is_refused(fake_vllm, tiny):
+    with pytest.raises(ConfigError, match="weight_transfer=ipc needs generation.vllm.tensor_parallel_size=1"):
+        GenerationConfig(vllm=VLLMConfig(weight_transfer="ipc", tensor_parallel_size=2)).validate()
+    with pytest.raises(ValueError, match="tensor_parallel_size=1"):
+        vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(tensor_parallel_size=2), colocated=True)
 
 
 def test_generate_sends_one_seeded_request_per_prompt_and_returns_ids_and_logprobs(fake_vllm, tiny):
@@ -139,13 +190,14 @@ def test_ipc_update_sends_handles_keyed_by_gpu_between_start_and_finish(fake_vll
     gen = vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(weight_transfer="ipc"))
     weights = [("model.norm.weight", torch.ones(4)), ("lm_head.weight", torch.zeros(3, 2, dtype=torch.bfloat16))]
     gen.update_weights(weights)
-    assert names(fake_vllm)[1:] == ["start_weight_update", "update_weights", "finish_weight_update"]
-    info = fake_vllm.calls[2][1]["update_info"]
+    assert names(fake_vllm)[2:] == ["start_weight_update", "update_weights", "finish_weight_update",
+                                    "reset_prefix_cache"]  # no KV block of the old weights is reused
+    info = fake_vllm.calls[3][1]["update_info"]
     assert info["names"] == ["model.norm.weight", "lm_head.weight"]
     assert info["dtype_names"] == ["float32", "bfloat16"] and info["shapes"] == [[4], [3, 2]]
     assert [list(h) for h in info["ipc_handles"]] == [["GPU-test-uuid"], ["GPU-test-uuid"]]
-    rebuild, args = info["ipc_handles"][0]["GPU-test-uuid"]
-    assert torch.equal(rebuild(*args), torch.ones(4))  # a handle to the very tensor
+    assert torch.equal(info["rebuilt"][0], torch.ones(4))  # a handle to the very tensor
+    assert torch.equal(info["rebuilt"][1], torch.zeros(3, 2, dtype=torch.bfloat16))
 
 
 def test_nccl_update_sets_up_the_group_once_then_broadcasts_packed(fake_vllm, tiny):
@@ -155,16 +207,48 @@ def test_nccl_update_sets_up_the_group_once_then_broadcasts_packed(fake_vllm, ti
     gen.update_weights(weights)
     order = names(fake_vllm)[1:]
     assert order.count("init_weight_transfer_engine") == 1 and order.count("trainer_init") == 1
-    assert order[order.index("trainer_init") + 1:].count("update_weights") == 2
+    assert order.index("trainer_init") < order.index("start_weight_update")  # the group exists before an update
+    assert order.count("update_weights") == 2 and order.count("broadcast") == 2
     init = dict(fake_vllm.calls)["init_weight_transfer_engine"]["init_info"]
     trainer = dict(fake_vllm.calls)["trainer_init"]
     assert (init["rank_offset"], init["world_size"], trainer["world_size"]) == (1, 3, 3)
     assert init["master_port"] == trainer["master_port"]
     update = next(a for n, a in fake_vllm.calls if n == "update_weights")["update_info"]
-    assert update["packed"] is True and update["names"] == ["model.norm.weight"]
-    sent_names, args = next(a for n, a in fake_vllm.calls if n == "trainer_send_weights")
-    assert sent_names == ["model.norm.weight"] and args["group"] == "group" and args["packed"] is True
-    assert order[-1] == "finish_weight_update"
+    # The `packed` flag: in each update's info up to vLLM 0.27, in the init info from 0.28.
+    packed_at_init = fake_vllm.version != "0.27.0"
+    assert init.get("packed") is (True if packed_at_init else None)
+    assert update.get("packed") is (None if packed_at_init else True)
+    assert update["names"] == ["model.norm.weight"]
+    assert next(a for n, a in fake_vllm.calls if n == "broadcast") == (["model.norm.weight"], "group", 0)
+    assert order[-2:] == ["finish_weight_update", "reset_prefix_cache"]
+
+
+def test_a_vision_language_checkpoint_gets_its_language_model_names_back(tiny, tmp_path):
+    from transformers import Qwen3_5Config
+
+    Qwen3_5Config().save_pretrained(tmp_path)  # a released Qwen3.5 checkpoint's config (vision + text)
+    assert vllm_engine.is_composite(str(tmp_path)) and not vllm_engine.is_composite(str(tiny))
+    assert vllm_engine.checkpoint_name("model.layers.0.mlp.up_proj.weight", True) == \
+        "model.language_model.layers.0.mlp.up_proj.weight"
+    assert vllm_engine.checkpoint_name("lm_head.weight", True) == "lm_head.weight"
+    assert vllm_engine.checkpoint_name("model.layers.0.mlp.up_proj.weight", False) == "model.layers.0.mlp.up_proj.weight"
+
+
+@pytest.mark.parametrize("version", ["0.26.1", "0.34.0"])
+def test_an_unsupported_vllm_is_named_with_the_supported_range(fake_vllm, tiny, monkeypatch, version):
+    monkeypatch.setattr(sys.modules["vllm"], "__version__", version)
+    with pytest.raises(RuntimeError, match=rf"vLLM {version} is not supported: .*0.27 <= vLLM < 0.34"):
+        vllm_engine.VLLMGenerator(str(tiny), VLLMConfig())
+
+
+def test_the_gpu_extra_pins_the_supported_range():
+    from pathlib import Path
+
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    low, high = vllm_engine.SUPPORTED_VLLM
+    assert project["project"]["optional-dependencies"]["gpu"] == [f"vllm>={low},<{high}"]
 
 
 def test_missing_vllm_says_how_to_install_it(monkeypatch, tiny):

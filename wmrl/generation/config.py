@@ -53,13 +53,16 @@ class VLLMConfig:
     enable_prefix_caching: bool = True  # a group's n trajectories share their prompt
 
     def validate(self, prefix: str) -> None:
-        from wmrl.config_checks import check_choice, check_range
+        from wmrl.config_checks import ConfigError, check_choice, check_range
 
         check_choice(f"{prefix}.weight_transfer", self.weight_transfer, WEIGHT_TRANSFER)
         check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
         check_range(f"{prefix}.tensor_parallel_size", self.tensor_parallel_size, 1)
         check_range(f"{prefix}.max_model_len", self.max_model_len, 16)
         check_choice(f"{prefix}.dtype", self.dtype, VLLM_DTYPES)
+        if self.weight_transfer == "ipc" and self.tensor_parallel_size > 1:
+            raise ConfigError(f"{prefix}.weight_transfer=ipc needs {prefix}.tensor_parallel_size=1 (the learner's "
+                              f"CUDA IPC handles are of its one GPU); use weight_transfer=nccl for tensor parallelism")
 
 
 @dataclass

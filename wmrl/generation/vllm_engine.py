@@ -1,23 +1,33 @@
-"""The ``vllm`` generation backend (GPU clusters; ``pip install 'wmrl[gpu]'``).
+"""The ``vllm`` generation backend (GPU clusters; ``pip install 'wmrl[gpu]'``, vLLM 0.27-0.33).
 
 One offline ``vllm.LLM`` in the coordinator serves the policy. After every learner step the new
-weights reach it through vLLM's native weight-transfer API (vLLM >= 0.16), never a reload from disk:
+weights reach it through vLLM's native weight-transfer API, never a reload from disk. Each update is
+``start_weight_update`` -> ``update_weights`` -> ``finish_weight_update``, then the prefix cache is
+dropped (vLLM keeps KV blocks computed with the old weights; the next step's prompts share prefixes).
 
-- ``ipc`` (the learner shares vLLM's GPU): CUDA IPC handles of the learner's own tensors go to the
-  vLLM workers, which copy from them; nothing crosses PCIe. Needs a vLLM release with the IPC engine.
-- ``nccl`` (vLLM on other GPUs of the node): a NCCL group of the trainer (rank 0) and the vLLM workers
-  (ranks 1..tp) is set up once (``init_weight_transfer_engine`` beside ``trainer_init``); each update
-  broadcasts the tensors, packed, while ``update_weights`` receives them.
+- ``ipc`` (the learner shares vLLM's GPU; tensor_parallel_size 1): one CUDA IPC handle per parameter,
+  keyed by the GPU's UUID, goes to the vLLM worker, which copies from the learner's own tensor.
+  The handle is the argument tuple of ``torch.multiprocessing.reductions.reduce_tensor``.
+- ``nccl`` (vLLM on other GPUs): a NCCL group of the trainer (rank 0, on the learner's GPU) and the
+  vLLM workers (ranks 1..tp) is set up once, before the first update; each update broadcasts the
+  tensors packed into buffers while ``update_weights`` receives them. vLLM 0.28 moved the ``packed``
+  flag from each update's info to the init info; both layouts are sent by version.
 
-Each update is ``start_weight_update`` -> ``update_weights`` -> ``finish_weight_update`` (the first and
-last only where the installed vLLM has them). Names are the Hugging Face parameter names, which
-vLLM maps onto its own layout (Qwen3 and Qwen3.5 included). This module imports vLLM only when a
-generator is built, and resolves every vLLM name through :func:`_module`, so a test can stand in for
-vLLM with modules that record the calls; the calls are the ones a cluster makes.
+Names are the learner's Hugging Face names. A released Qwen3.5 checkpoint is a vision-language
+``Qwen3_5ForConditionalGeneration``: the learner holds its text model (``model.layers.*``, see
+:mod:`wmrl.models.loading`), and vLLM, serving the whole checkpoint, expects the checkpoint's names
+(``model.language_model.layers.*``), so the text names are mapped back before sending.
+
+Written against the sources of vLLM 0.27-0.33 (0.27 is the first release that registers
+``Qwen3_5ForCausalLM``; the IPC handle format changed in 0.22 and the NCCL trainer side in 0.28) and
+not yet run on a GPU. This module imports vLLM only when a generator is built, and resolves every
+vLLM name through :func:`_module`, so a test can stand in for vLLM with modules that record the
+calls; the calls are the ones a cluster makes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import socket
@@ -31,6 +41,9 @@ import torch
 from wmrl.generation.base import Generation, SamplingParams
 from wmrl.generation.config import VLLMConfig
 from wmrl.generation.hf import request_seeds, stop_token_ids
+
+SUPPORTED_VLLM = ("0.27", "0.34")  # [lowest, first unsupported): the pin of the `gpu` extra
+NCCL_PACKED_AT_INIT = "0.28"  # from this release the NCCL `packed` flag is an init_info key
 
 
 def _module(name: str) -> Any:
@@ -50,9 +63,48 @@ def resolve_transfer(choice: str, colocated: bool) -> str:
     return choice
 
 
-def gpu_uuid() -> str:
+def gpu_uuid(device: torch.device) -> str:
     """The physical id vLLM's IPC engine keys handles by (logical indices differ between processes)."""
-    return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return str(torch.cuda.get_device_properties(device).uuid)
+
+
+def vllm_release(vllm: Any) -> tuple[int, int]:
+    """``(major, minor)`` of the installed vLLM; a clear error outside the supported range."""
+    from packaging.version import Version
+
+    version = Version(str(getattr(vllm, "__version__", "0")))
+    low, high = (Version(v) for v in SUPPORTED_VLLM)
+    if not low <= Version(f"{version.major}.{version.minor}") < high:
+        raise RuntimeError(f"vLLM {version} is not supported: wmrl's weight transfer needs {SUPPORTED_VLLM[0]} <= "
+                           f"vLLM < {SUPPORTED_VLLM[1]} (pip install 'wmrl[gpu]')")
+    return version.major, version.minor
+
+
+def _release(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def checkpoint_name(name: str, composite: bool) -> str:
+    """The name vLLM loads a learner parameter by: a composite (vision-language) checkpoint keeps its
+    language model under ``model.language_model.``; ``lm_head.`` stays at the top level."""
+    if composite and name.startswith("model.") and not name.startswith("model.language_model."):
+        return "model.language_model." + name.removeprefix("model.")
+    return name
+
+
+def is_composite(path: str) -> bool:
+    from transformers import AutoConfig
+
+    from wmrl.models.loading import text_config
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    return text_config(config) is not config
+
+
+def _on(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The trainer's NCCL calls run on the learner's GPU (vLLM builds its group on the current device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _free_port() -> int:
@@ -98,18 +150,15 @@ class VLLMGenerator:
         from wmrl.models.loading import load_tokenizer
 
         self.transfer = resolve_transfer(cfg.weight_transfer, colocated)
+        if self.transfer == "ipc" and cfg.tensor_parallel_size > 1:
+            raise ValueError("weight transfer by CUDA IPC needs tensor_parallel_size=1 (the handles are of the "
+                             "learner's one GPU); set generation.vllm.weight_transfer=nccl")
         if self.transfer == "ipc":
             # The IPC handles are pickled on their way to the engine-core process.
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         vllm = _module("vllm")
-        transfer_config = _module("vllm.config").WeightTransferConfig
-        try:
-            weight_transfer = transfer_config(backend=self.transfer)
-        except Exception as err:  # pydantic rejects a backend this release does not have
-            raise RuntimeError(
-                f"this vLLM ({getattr(vllm, '__version__', '?')}) has no '{self.transfer}' weight transfer; "
-                "set generation.vllm.weight_transfer=nccl or install a newer vLLM"
-            ) from err
+        self.release = vllm_release(vllm)
+        weight_transfer = _module("vllm.config").WeightTransferConfig(backend=self.transfer)
         self.tp = cfg.tensor_parallel_size
         self.llm = vllm.LLM(
             model=path,
@@ -125,7 +174,10 @@ class VLLMGenerator:
         )
         self.tokenizer = load_tokenizer(path)
         self.stop_ids = stop_token_ids(self.tokenizer)
+        self.composite = is_composite(path)
         self._nccl_group: Any = None
+        if self.transfer == "ipc":
+            self.llm.init_weight_transfer_engine({"init_info": {"packed": False}})
 
     def generate(
         self, prompts: Sequence[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
@@ -158,39 +210,50 @@ class VLLMGenerator:
                           finish_reason="stop" if stopped else "length", seconds=seconds)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        named = [(name, tensor.detach().contiguous()) for name, tensor in named_tensors]
-        if hasattr(self.llm, "start_weight_update"):
-            self.llm.start_weight_update()
+        named = [(checkpoint_name(name, self.composite), tensor.detach().contiguous())
+                 for name, tensor in named_tensors]
+        if not named:
+            return
+        device = named[0][1].device
+        if self.transfer == "nccl" and self._nccl_group is None:
+            self._init_nccl(device)
+        self.llm.start_weight_update()
         if self.transfer == "ipc":
             self._send_ipc(named)
         else:
-            self._send_nccl(named)
-        if hasattr(self.llm, "finish_weight_update"):
-            self.llm.finish_weight_update()
+            self._send_nccl(named, device)
+        self.llm.finish_weight_update()
+        self.llm.reset_prefix_cache()
+        if self.transfer == "ipc" and device.type == "cuda":
+            torch.cuda.ipc_collect()  # free the blocks exported for copies made by .contiguous()
 
     def _send_ipc(self, named: list[tuple[str, torch.Tensor]]) -> None:
         from torch.multiprocessing.reductions import reduce_tensor
 
-        uuid = gpu_uuid()
         # ``named`` keeps the tensors alive until the workers have copied them (update_weights blocks).
-        handles = [{uuid: reduce_tensor(tensor)} for _, tensor in named]
+        handles = [{gpu_uuid(tensor.device): reduce_tensor(tensor)[1]} for _, tensor in named]
         self.llm.update_weights({"update_info": {**_metadata(named), "ipc_handles": handles}})
 
-    def _init_nccl(self) -> None:
-        engine = _module("vllm.distributed.weight_transfer.nccl_engine").NCCLWeightTransferEngine
+    def _init_nccl(self, device: torch.device) -> None:
+        common = _module("vllm.distributed.weight_transfer.nccl_common")
         address, port, world = "127.0.0.1", _free_port(), self.tp + 1  # trainer + one rank per vLLM worker
-        join = _in_thread(lambda: self.llm.init_weight_transfer_engine(
-            {"init_info": {"master_address": address, "master_port": port, "rank_offset": 1, "world_size": world}}
-        ))
-        self._nccl_group = engine.trainer_init({"master_address": address, "master_port": port, "world_size": world})
+        init_info: dict[str, Any] = {"master_address": address, "master_port": port, "rank_offset": 1,
+                                     "world_size": world}
+        if self.release >= _release(NCCL_PACKED_AT_INIT):
+            init_info["packed"] = True
+        join = _in_thread(lambda: self.llm.init_weight_transfer_engine({"init_info": init_info}))
+        with _on(device):
+            self._nccl_group = common.trainer_init({"master_address": address, "master_port": port,
+                                                    "world_size": world})
         join()
 
-    def _send_nccl(self, named: list[tuple[str, torch.Tensor]]) -> None:
-        nccl = _module("vllm.distributed.weight_transfer.nccl_engine")
-        if self._nccl_group is None:
-            self._init_nccl()
-        join = _in_thread(lambda: self.llm.update_weights({"update_info": {**_metadata(named), "packed": True}}))
-        args_cls = getattr(nccl, "NCCLTrainerSendWeightsArgs", None)
-        args = args_cls(group=self._nccl_group, packed=True) if args_cls else {"group": self._nccl_group, "packed": True}
-        nccl.NCCLWeightTransferEngine.trainer_send_weights(iterator=iter(named), trainer_args=args)
+    def _send_nccl(self, named: list[tuple[str, torch.Tensor]], device: torch.device) -> None:
+        packed = _module("vllm.distributed.weight_transfer.packed_tensor")
+        update_info = _metadata(named)
+        if self.release < _release(NCCL_PACKED_AT_INIT):
+            update_info["packed"] = True
+        join = _in_thread(lambda: self.llm.update_weights({"update_info": update_info}))
+        with _on(device):
+            packed.packed_nccl_broadcast_producer(iterator=iter(named), group=self._nccl_group, src=0,
+                                                  post_iter_func=lambda item: item[1])
         join()
