@@ -125,7 +125,7 @@ def table(report: dict) -> str:
     lines = [
         "# The world model against real execution (held-out reference variants; then its own SFT variants)", "",
         (f"Model: `{report['model']}`; checks: {', '.join(report['checks'])}; prompt style {report['prompt_style']}; "
-        f"overview budget {report['max_overview_chars']} chars; {report['host']}."), "",
+        f"overview budget {report['max_overview_chars']} chars; host {report['host']}."), "",
         *([report["note"], ""] if report.get("note") else []),
         (f"Static pre-check over all {pc['variants']} variants ({pc['real_failures']} really fail): "
         f"coverage {pc['coverage']['rate']:.3f} ± {pc['coverage']['se']:.3f} of real failures settled, "
