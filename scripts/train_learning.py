@@ -52,23 +52,25 @@ def finished_runs(sweep: Path) -> dict[str, list[Path]]:
 
 def wall_minutes(run: Path) -> float:
     """Minutes the run's coordinator processes ran. A run stopped and resumed later (`--resume`) counts
-    each process from its first to its last event, the first from the run's creation; the gap between
-    them, a killed process's unfinished step and a restart's loading before its `resumed` event are
-    not counted."""
+    each process (the manifest's `starts`) from its start to its last event, the last one to the final
+    evaluation; the gap between them and a killed process's unfinished work are not counted."""
     stamps = [json.loads(line)["at"] for line in (run / "evals.jsonl").read_text().splitlines()]
     manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").is_file() else {}
-    start = manifest.get("created_at", min(stamps))
     events_file = run / "logs" / "coordinator-events.jsonl"
-    if not events_file.is_file():
-        return (max(stamps) - start) / 60
-    by_process: dict[int, list[float]] = {}
+    starts = manifest.get("starts") or []
+    if not starts or not events_file.is_file():
+        return (max(stamps) - manifest.get("created_at", min(stamps))) / 60
+    last_event: dict[int, float] = {}
     for line in events_file.read_text().splitlines():
         event = json.loads(line)
-        by_process.setdefault(event["pid"], []).append(event["at"])
-    spans = sorted([min(at), max(at)] for at in by_process.values())
-    spans[0][0] = min(spans[0][0], start)
-    spans[-1][1] = max(spans[-1][1], max(stamps))
-    return sum(end - begin for begin, end in spans) / 60
+        last_event[event["pid"]] = max(last_event.get(event["pid"], 0.0), event["at"])
+    total = 0.0
+    for i, start in enumerate(starts):
+        end = last_event.get(start["pid"], 0.0)
+        if i == len(starts) - 1:
+            end = max(end, max(stamps))
+        total += max(0.0, end - start["started_at"])
+    return total / 60
 
 
 def world_model_in_run(run: Path) -> dict | None:
