@@ -247,7 +247,7 @@ def test_the_gpu_extra_pins_the_supported_range():
     import tomllib
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    low, high = vllm_engine.SUPPORTED_VLLM
+    low, high = (".".join(map(str, v)) for v in vllm_engine.SUPPORTED_VLLM)
     assert project["project"]["optional-dependencies"]["gpu"] == [f"vllm>={low},<{high}"]
 
 

@@ -42,8 +42,8 @@ from wmrl.generation.base import Generation, SamplingParams
 from wmrl.generation.config import VLLMConfig
 from wmrl.generation.hf import request_seeds, stop_token_ids
 
-SUPPORTED_VLLM = ("0.27", "0.34")  # [lowest, first unsupported): the pin of the `gpu` extra
-NCCL_PACKED_AT_INIT = "0.28"  # from this release the NCCL `packed` flag is an init_info key
+SUPPORTED_VLLM = ((0, 27), (0, 34))  # [lowest, first unsupported) (major, minor): the `gpu` extra's pin
+NCCL_PACKED_AT_INIT = (0, 28)  # from this release the NCCL `packed` flag is an init_info key
 
 
 def _module(name: str) -> Any:
@@ -73,16 +73,12 @@ def vllm_release(vllm: Any) -> tuple[int, int]:
     from packaging.version import Version
 
     version = Version(str(getattr(vllm, "__version__", "0")))
-    low, high = (Version(v) for v in SUPPORTED_VLLM)
-    if not low <= Version(f"{version.major}.{version.minor}") < high:
-        raise RuntimeError(f"vLLM {version} is not supported: wmrl's weight transfer needs {SUPPORTED_VLLM[0]} <= "
-                           f"vLLM < {SUPPORTED_VLLM[1]} (pip install 'wmrl[gpu]')")
-    return version.major, version.minor
-
-
-def _release(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")
-    return int(major), int(minor)
+    release = (version.major, version.minor)
+    low, high = SUPPORTED_VLLM
+    if not low <= release < high:
+        raise RuntimeError(f"vLLM {version} is not supported: wmrl's weight transfer needs {low[0]}.{low[1]} <= "
+                           f"vLLM < {high[0]}.{high[1]} (pip install 'wmrl[gpu]')")
+    return release
 
 
 def checkpoint_name(name: str, composite: bool) -> str:
@@ -230,8 +226,9 @@ class VLLMGenerator:
     def _send_ipc(self, named: list[tuple[str, torch.Tensor]]) -> None:
         from torch.multiprocessing.reductions import reduce_tensor
 
+        uuid = gpu_uuid(named[0][1].device)  # the learner's one GPU (tensor_parallel_size 1)
         # ``named`` keeps the tensors alive until the workers have copied them (update_weights blocks).
-        handles = [{gpu_uuid(tensor.device): reduce_tensor(tensor)[1]} for _, tensor in named]
+        handles = [{uuid: reduce_tensor(tensor)[1]} for _, tensor in named]
         self.llm.update_weights({"update_info": {**_metadata(named), "ipc_handles": handles}})
 
     def _init_nccl(self, device: torch.device) -> None:
@@ -239,7 +236,7 @@ class VLLMGenerator:
         address, port, world = "127.0.0.1", _free_port(), self.tp + 1  # trainer + one rank per vLLM worker
         init_info: dict[str, Any] = {"master_address": address, "master_port": port, "rank_offset": 1,
                                      "world_size": world}
-        if self.release >= _release(NCCL_PACKED_AT_INIT):
+        if self.release >= NCCL_PACKED_AT_INIT:
             init_info["packed"] = True
         join = _in_thread(lambda: self.llm.init_weight_transfer_engine({"init_info": init_info}))
         with _on(device):
@@ -250,7 +247,7 @@ class VLLMGenerator:
     def _send_nccl(self, named: list[tuple[str, torch.Tensor]], device: torch.device) -> None:
         packed = _module("vllm.distributed.weight_transfer.packed_tensor")
         update_info = _metadata(named)
-        if self.release < _release(NCCL_PACKED_AT_INIT):
+        if self.release < NCCL_PACKED_AT_INIT:
             update_info["packed"] = True
         join = _in_thread(lambda: self.llm.update_weights({"update_info": update_info}))
         with _on(device):

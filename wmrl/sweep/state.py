@@ -61,8 +61,9 @@ class SweepDir:
             return state, []
         if state.get("digest") == spec.digest():
             return state, []
-        names = [r.name for r in spec.runs]
-        dropped = [n for n in state.get("runs", []) if n not in set(names)]
+        names, recorded = [r.name for r in spec.runs], state.get("runs", [])
+        listed = set(names)
+        dropped = [n for n in recorded if n not in listed]
         if state.get("kind") != spec.kind or dropped:
             what = f"kind {state.get('kind')} -> {spec.kind}" if state.get("kind") != spec.kind else (
                 f"it no longer lists {len(dropped)} of its runs: {', '.join(dropped[:5])}")
@@ -70,7 +71,8 @@ class SweepDir:
                 f"{self.root} holds a different sweep named {spec.name!r} ({what}); a re-issued spec may add "
                 "runs but not drop or change them: give the changed sweep a new name, or restore its runs"
             )
-        return state, [n for n in names if n not in set(state.get("runs", []))]
+        known = set(recorded)
+        return state, [n for n in names if n not in known]
 
     def extend(self, spec: SweepSpec) -> dict[str, Any]:
         """Record a re-issued spec's added runs (after their configs were checked and written)."""
