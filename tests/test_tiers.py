@@ -1,0 +1,129 @@
+"""Three tiers the code can be read by: core below parts below runs. An import never goes up.
+
+*core*: the rollout records, the algorithm (with its own ``AlgorithmConfig``), the step, calibration,
+evaluation, scores and the small utilities they stand on (numpy/scipy/scikit-learn at most: no
+OmegaConf, no torch). *parts*: agent, world model, learner, generation, models, sft, sandbox, grading,
+tasks, tracking, execution, the synthetic testbed. *runs*: trainers, orchestration, sweeps, the CLI and
+the config composition at the very top (``wmrl/config.py``).
+
+Which imports count: every ``import`` statement of a module, wherever it sits — at module level,
+inside a function (a lazy import still runs, and still makes the lower tier depend on the higher one),
+and under ``if TYPE_CHECKING:`` (never run, but a lower tier naming a higher tier's type is the same
+dependency in the reader's head). The cycle check (``tests/test_imports.py``) uses the run-time graph:
+module-level and function-local imports, without ``TYPE_CHECKING`` blocks.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+
+from test_imports import PACKAGE, cycles, import_graph, module_files
+
+CORE = ("wmrl.rollout", "wmrl.algorithm", "wmrl.step", "wmrl.calibration", "wmrl.evaluation",
+        "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks")
+RUNS = ("wmrl.trainers", "wmrl.orchestration", "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
+TIER_NAMES = ("core", "parts", "runs")
+
+
+def within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def tier(module: str) -> int:
+    """0 core, 1 parts, 2 runs; the package root ``wmrl`` (a docstring and a version) is core."""
+    if module == "wmrl" or within(module, CORE):
+        return 0
+    return 2 if within(module, RUNS) else 1
+
+
+def every_import_graph() -> dict[str, set[str]]:
+    """module -> the wmrl modules it imports anywhere in its text (``TYPE_CHECKING`` blocks included).
+
+    ``from a import b`` counts ``a.b`` when b is a module, else ``a``; importing ``wmrl.x.y`` also runs
+    the package ``wmrl.x`` (as in ``test_imports.import_graph``)."""
+    files = module_files()
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                deps |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
+        for dep in list(deps):
+            parts = dep.split(".")
+            deps |= {".".join(parts[:k]) for k in range(2, len(parts)) if not name.startswith(".".join(parts[:k]))}
+        graph[name] = {d for d in deps if d in files and d != name}
+    return graph
+
+
+def upward_edges(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} ({TIER_NAMES[tier(m)]}) -> {d} ({TIER_NAMES[tier(d)]})"
+            for m in sorted(graph) for d in sorted(graph[m]) if tier(d) > tier(m)]
+
+
+def test_no_import_goes_from_a_lower_tier_to_a_higher_one():
+    edges = upward_edges(every_import_graph())
+    assert not edges, f"{len(edges)} import(s) go up a tier:\n" + "\n".join(edges)
+
+
+def test_the_import_graph_has_no_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_an_upward_edge_is_named_where_there_is_one():
+    graph = {"wmrl.step": {"wmrl.config", "wmrl.io"}, "wmrl.agent.policy": {"wmrl.rollout"},
+             "wmrl.learner.grpo": {"wmrl.orchestration.resources"}}
+    assert upward_edges(graph) == ["wmrl.learner.grpo (parts) -> wmrl.orchestration.resources (runs)",
+                                   "wmrl.step (core) -> wmrl.config (runs)"]
+
+
+def test_every_tier_prefix_names_a_module_of_the_package():
+    files = module_files()
+    assert [p for p in CORE + RUNS if p not in files] == []
+
+
+BLOCKER = textwrap.dedent("""
+    import importlib.abc, sys
+    BLOCKED = ("omegaconf", "torch")
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError(f"{name} is blocked: the core must not need it")
+            return None
+    sys.meta_path.insert(0, Block())
+""")
+
+
+def import_without_omegaconf_and_torch(modules: list[str]) -> subprocess.CompletedProcess:
+    code = BLOCKER + "".join(f"import {m}\n" for m in modules) + textwrap.dedent("""
+        leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not leaked, leaked
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=120, check=False)
+
+
+def test_the_step_and_calibration_import_without_omegaconf_and_torch():
+    done = import_without_omegaconf_and_torch(["wmrl.calibration", "wmrl.step"])
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_core_module_imports_without_omegaconf_and_torch():
+    core = sorted(m for m in module_files() if tier(m) == 0)
+    done = import_without_omegaconf_and_torch(core)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_blocker_does_block():
+    done = import_without_omegaconf_and_torch(["omegaconf"])
+    assert done.returncode != 0 and "omegaconf is blocked" in done.stderr
