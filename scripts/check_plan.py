@@ -5,7 +5,7 @@
     python scripts/check_plan.py plans/tiny results/sweeps/tiny_train --out results/sweeps/tiny_train/plan_check.md
 
 Both arguments are `wmrl compare`-format CSVs or directories holding plan.csv / compare.csv
-(wmrl/simulate/plan_check.py says how settings are matched and what counts as wrong).
+(wmrl/sweep/plan_check.py says how settings are matched and what counts as wrong).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wmrl.simulate.plan_check import check_plan
+from wmrl.sweep.plan_check import check_plan
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 
 def _train():
     try:  # the trainer moved out of wmrl/simulate in issue 7; accept both homes
-        from wmrl.trainers.simulator import train
+        from wmrl.simulate.simulator import train
     except ImportError:  # pragma: no cover - depends on the code on PYTHONPATH
         from wmrl.trainers.synthetic import train  # type: ignore[no-redef]
     return train

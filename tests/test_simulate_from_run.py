@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from wmrl.cli.main import main
-from wmrl.simulate.from_run import fit_noise, fit_run, fitted_config, load_run
-from wmrl.simulate.plan import grid
+from wmrl.sweep.from_run import fit_noise, fit_run, fitted_config, load_run
+from wmrl.sweep.plan import grid
 
 KNOTS = [[0.0, 0.1], [0.5, 0.6], [1.0, 0.8]]
 NOISE, OFFSET = 0.05, 0.1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wmrl.simulate.plan_check import check_plan
+from wmrl.sweep.plan_check import check_plan
 
 HEAD = "variant,anchor_frac,w_max,seeds,final_score,final_score_se,gpu_hours\n"
 

@@ -9,7 +9,7 @@ from wmrl.config import ConfigError, load_config
 from wmrl.simulate.cost import CostMeter
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.scenarios import SCENARIOS
-from wmrl.trainers.simulator import train
+from wmrl.simulate.simulator import train
 
 
 def cfg_with(*overrides: str):

@@ -23,7 +23,8 @@ import textwrap
 from test_imports import PACKAGE, cycles, import_graph, module_files
 
 CORE = ("wmrl.rollout", "wmrl.algorithm", "wmrl.step", "wmrl.calibration", "wmrl.evaluation",
-        "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks")
+        "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks",
+        "wmrl.resources")
 RUNS = ("wmrl.trainers", "wmrl.orchestration", "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
 TIER_NAMES = ("core", "parts", "runs")
 
@@ -82,8 +83,8 @@ def test_the_import_graph_has_no_cycle():
 
 def test_an_upward_edge_is_named_where_there_is_one():
     graph = {"wmrl.step": {"wmrl.config", "wmrl.io"}, "wmrl.agent.policy": {"wmrl.rollout"},
-             "wmrl.learner.grpo": {"wmrl.orchestration.resources"}}
-    assert upward_edges(graph) == ["wmrl.learner.grpo (parts) -> wmrl.orchestration.resources (runs)",
+             "wmrl.learner.grpo": {"wmrl.orchestration.spool"}}
+    assert upward_edges(graph) == ["wmrl.learner.grpo (parts) -> wmrl.orchestration.spool (runs)",
                                    "wmrl.step (core) -> wmrl.config (runs)"]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wmrl.config import ANCHORED_VARIANTS, VARIANTS
+from wmrl.config_checks import ConfigError, check_choice, check_range
 
 
 @dataclass(frozen=True)
@@ -36,18 +36,20 @@ class Variant:
 # fmt: off
 #                 name                executes_all trains_on_wm needs_anchors debias denoise
 _TABLE = [
-    Variant("grpo_real",          True,        False,       True,         False, False),
-    Variant("grpo_anchor_only",   False,       False,       True,         False, False),
-    Variant("pure_wm",            False,       True,        False,        False, False),
-    Variant("mixture",            False,       True,        True,         False, False),
-    Variant("debias_only",        False,       True,        True,         True,  False),
-    Variant("denoise_only",       False,       True,        True,         False, True),
-    Variant("wmrl",               False,       True,        True,         True,  True),
+    Variant("grpo_real",          True,        False,       True,         False, False),  # all executed (reference)
+    Variant("grpo_anchor_only",   False,       False,       True,         False, False),  # anchors only
+    Variant("pure_wm",            False,       True,        False,        False, False),  # raw world model
+    Variant("mixture",            False,       True,        True,         False, False),  # no correction
+    Variant("debias_only",        False,       True,        True,         True,  False),  # f_hat, rho = 1
+    Variant("denoise_only",       False,       True,        True,         False, True),   # rho, raw r_hat
+    Variant("wmrl",               False,       True,        True,         True,  True),   # both
 ]
 # fmt: on
 _VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}
-assert tuple(_VARIANTS) == VARIANTS, "algorithm variants and config VARIANTS must agree"
-assert tuple(v.name for v in _TABLE if v.needs_anchors and not v.executes_all) == ANCHORED_VARIANTS
+VARIANTS: tuple[str, ...] = tuple(_VARIANTS)
+# The variants whose anchor groups are drawn each step by anchor_frac (grpo_real executes every group,
+# pure_wm none): they need at least one anchor group per step (paper §3.3).
+ANCHORED_VARIANTS: tuple[str, ...] = tuple(v.name for v in _TABLE if v.needs_anchors and not v.executes_all)
 
 
 def get_variant(name: str) -> Variant:
@@ -57,6 +59,55 @@ def get_variant(name: str) -> Variant:
         raise ValueError(
             f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}"
         ) from None
+
+
+# --------------------------------------------------------------------------- the algorithm section of a run's config
+
+
+@dataclass
+class AlgorithmConfig:
+    """WMRL and its ablations (paper §3, constants from Appendix D)."""
+
+    variant: str = "wmrl"
+    # Fraction of the m groups per step that are anchor groups (really executed).
+    anchor_frac: float = 0.1
+    # At least this many anchor groups every step (Appendix D: "at least one group").
+    min_anchor_groups: int = 1
+    # Debiaser is the identity until this many pairs; first fit happens here.
+    min_pairs: int = 200
+    # Refit after every this many new pairs.
+    refit_every: int = 64
+    # eta^2 is measured on the most recent this-many anchor pairs (Appendix D, "recent window").
+    eta_window: int = 128
+    # Anchor weight rho is clipped to [1, w_max].
+    w_max: float = 4.0
+    groups_per_step: int = 8  # m
+    group_size: int = 8  # n
+    seed: int = 0
+
+    def validate(self, prefix: str = "algorithm") -> None:
+        check_choice(f"{prefix}.variant", self.variant, VARIANTS)
+        check_range(f"{prefix}.anchor_frac", self.anchor_frac, 0.0, 1.0, low_open=True)
+        check_range(f"{prefix}.min_anchor_groups", self.min_anchor_groups, 0)
+        check_range(f"{prefix}.min_pairs", self.min_pairs, 1)
+        check_range(f"{prefix}.refit_every", self.refit_every, 1)
+        check_range(f"{prefix}.eta_window", self.eta_window, 2)
+        check_range(f"{prefix}.w_max", self.w_max, 1.0)
+        check_range(f"{prefix}.groups_per_step", self.groups_per_step, 1)
+        # GRPO needs at least two trajectories per group for a non-trivial advantage.
+        check_range(f"{prefix}.group_size", self.group_size, 2)
+        if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1:
+            raise ConfigError(
+                f"{prefix}.min_anchor_groups={self.min_anchor_groups} is not allowed with "
+                f"{prefix}.variant={self.variant!r}: it needs at least one anchor group every step "
+                "(paper §3.3), else a step with round(anchor_frac * groups_per_step) = 0 trains on the "
+                "world model alone; allowed: >= 1"
+            )
+        if self.min_anchor_groups > self.groups_per_step:
+            raise ConfigError(
+                f"{prefix}.min_anchor_groups={self.min_anchor_groups} exceeds "
+                f"{prefix}.groups_per_step={self.groups_per_step}"
+            )
 
 
 # --------------------------------------------------------------------------- 1. which groups execute

@@ -20,82 +20,21 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from wmrl.agent.config import AgentConfig
-from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.algorithm import ANCHORED_VARIANTS, VARIANTS, AlgorithmConfig  # noqa: F401  (re-exported)
+from wmrl.config_checks import ConfigError, check_choice
+from wmrl.config_io import to_flat_dict, to_yaml  # noqa: F401  (re-exported)
 from wmrl.generation.config import GenerationConfig, SamplingConfig
 from wmrl.learner.config import LearnerConfig
 from wmrl.models.config import ModelConfig
 from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.registry import TRAINERS
 from wmrl.sandbox.config import SandboxConfig
 from wmrl.sft.config import SFTConfig
 from wmrl.simulate.config import SimulatorConfig
 from wmrl.tasks.config import TasksConfig
 from wmrl.tracking.config import TrackingConfig
-from wmrl.trainers import TRAINERS
 from wmrl.trainers.config import TrainConfig
 from wmrl.world_model.config import WorldModelConfig
-
-VARIANTS: tuple[str, ...] = (
-    "grpo_real",  # every group really executed (the expensive reference)
-    "grpo_anchor_only",  # only the anchor groups, really executed (the fallback's reference)
-    "pure_wm",  # every group scored by the raw world model
-    "mixture",  # anchors + world model, no correction
-    "debias_only",  # anchors + isotonic-recalibrated world model, rho = 1
-    "denoise_only",  # anchors + raw world model, inverse-variance weights
-    "wmrl",  # both corrections
-)
-# The variants whose anchor groups are drawn each step by anchor_frac (grpo_real executes every group,
-# pure_wm none): they need at least one anchor group per step (paper §3.3).
-ANCHORED_VARIANTS: tuple[str, ...] = ("grpo_anchor_only", "mixture", "debias_only", "denoise_only", "wmrl")
-
-
-# --------------------------------------------------------------------------- algorithm section
-
-
-@dataclass
-class AlgorithmConfig:
-    """WMRL and its ablations (paper §3, constants from Appendix D)."""
-
-    variant: str = "wmrl"
-    # Fraction of the m groups per step that are anchor groups (really executed).
-    anchor_frac: float = 0.1
-    # At least this many anchor groups every step (Appendix D: "at least one group").
-    min_anchor_groups: int = 1
-    # Debiaser is the identity until this many pairs; first fit happens here.
-    min_pairs: int = 200
-    # Refit after every this many new pairs.
-    refit_every: int = 64
-    # eta^2 is measured on the most recent this-many anchor pairs (Appendix D, "recent window").
-    eta_window: int = 128
-    # Anchor weight rho is clipped to [1, w_max].
-    w_max: float = 4.0
-    groups_per_step: int = 8  # m
-    group_size: int = 8  # n
-    seed: int = 0
-
-    def validate(self, prefix: str = "algorithm") -> None:
-        check_choice(f"{prefix}.variant", self.variant, VARIANTS)
-        check_range(f"{prefix}.anchor_frac", self.anchor_frac, 0.0, 1.0, low_open=True)
-        check_range(f"{prefix}.min_anchor_groups", self.min_anchor_groups, 0)
-        check_range(f"{prefix}.min_pairs", self.min_pairs, 1)
-        check_range(f"{prefix}.refit_every", self.refit_every, 1)
-        check_range(f"{prefix}.eta_window", self.eta_window, 2)
-        check_range(f"{prefix}.w_max", self.w_max, 1.0)
-        check_range(f"{prefix}.groups_per_step", self.groups_per_step, 1)
-        # GRPO needs at least two trajectories per group for a non-trivial advantage.
-        check_range(f"{prefix}.group_size", self.group_size, 2)
-        if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1:
-            raise ConfigError(
-                f"{prefix}.min_anchor_groups={self.min_anchor_groups} is not allowed with "
-                f"{prefix}.variant={self.variant!r}: it needs at least one anchor group every step "
-                "(paper §3.3), else a step with round(anchor_frac * groups_per_step) = 0 trains on the "
-                "world model alone; allowed: >= 1"
-            )
-        if self.min_anchor_groups > self.groups_per_step:
-            raise ConfigError(
-                f"{prefix}.min_anchor_groups={self.min_anchor_groups} exceeds "
-                f"{prefix}.groups_per_step={self.groups_per_step}"
-            )
-
 
 # --------------------------------------------------------------------------- the whole run
 # Each part of the package owns its own section (it imports only wmrl.config_checks).
@@ -196,23 +135,3 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         raise _explain(err, schema) from err
     cfg.validate()
     return cfg
-
-
-def to_yaml(cfg: Any) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
-
-
-def to_flat_dict(cfg: Any) -> dict[str, Any]:
-    """``{"algorithm.w_max": 4.0, ...}``: for MLflow params and sweep tables."""
-    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            flat[prefix] = node
-
-    walk("", container)
-    return flat

@@ -13,6 +13,7 @@ a Unix group (setgid: everything created below it inherits the group).
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import tempfile
@@ -105,6 +106,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, inf) as None, in dicts, lists and tuples: strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def json_bytes(obj: Any) -> bytes:
     """The one JSON encoding of files on shared storage (NaN refused: it is no valid JSON)."""
     return (json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
@@ -157,3 +169,8 @@ def atomic_create_bytes(path: Path, data: bytes) -> bool:
 
 def atomic_create_json(path: Path, obj: Any) -> bool:
     return atomic_create_bytes(path, json_bytes(obj))
+
+
+def step_name(step: int) -> str:
+    """The directory of a step's checkpoint or export (``step-00000012``): sorts in step order."""
+    return f"step-{step:08d}"

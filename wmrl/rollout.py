@@ -29,10 +29,44 @@ WORLD_MODEL = "world_model"  # role of a world-model group: every turn predicted
 ROLES = (EXECUTED, WORLD_MODEL)
 
 
+PAIR_TURN = "pair"  # the turn field of an anchor trajectory's final solution scored by the world model
+
+
+@dataclass(frozen=True)
+class SubmissionId:
+    """Where a submission sits in a run; its ``key`` (``step/group/trajectory/turn``) is unique within
+    the run. ``turn=None``: the world model's score of an anchor trajectory's final solution (the anchor
+    pair, key ``step/group/trajectory/pair``), no turn of its own."""
+
+    step: int
+    group: int
+    trajectory: int
+    turn: int | None
+
+    @property
+    def key(self) -> str:
+        turn = PAIR_TURN if self.turn is None else self.turn
+        return f"{self.step}/{self.group}/{self.trajectory}/{turn}"
+
+    @classmethod
+    def parse(cls, key: str) -> SubmissionId:
+        """The one reader of a key: four integers, or three and ``pair``; a ValueError otherwise."""
+        parts = key.split("/")
+        try:
+            if len(parts) != 4:
+                raise ValueError
+            step, group, trajectory = (int(p) for p in parts[:3])
+            turn = None if parts[3] == PAIR_TURN else int(parts[3])
+        except ValueError:
+            raise ValueError(f"submission key {key!r} is not 'step/group/trajectory/turn' (four integers, "
+                             f"or turn '{PAIR_TURN}')") from None
+        return cls(step, group, trajectory, turn)
+
+
 @dataclass(frozen=True)
 class Submission:
-    """One solution to evaluate. ``key`` is unique within a run (``step/group/trajectory/turn``) and
-    becomes the execution request id, so a retried evaluation can never be counted twice."""
+    """One solution to evaluate. ``key`` is unique within a run (a :class:`SubmissionId`'s key in every
+    trainer) and becomes the execution request id, so a retried evaluation can never be counted twice."""
 
     key: str
     task_id: str

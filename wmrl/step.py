@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from wmrl.algorithm import (
+    AlgorithmConfig,
     Variant,
     executed_groups,
     group_advantages,
@@ -41,8 +42,16 @@ from wmrl.algorithm import (
 )
 from wmrl.calibration.calibrator import STATE_NAME, Calibrator
 from wmrl.calibration.pool import AnchorPair
-from wmrl.config import AlgorithmConfig
-from wmrl.rollout import Environment, Feedback, Groups, Learner, Policy, Submission, Trajectory
+from wmrl.rollout import (
+    Environment,
+    Feedback,
+    Groups,
+    Learner,
+    Policy,
+    Submission,
+    SubmissionId,
+    Trajectory,
+)
 
 PHASES = ("generation", "world_model", "execution", "update")  # measured seconds; tokens in the first two
 
@@ -126,9 +135,11 @@ def wmrl_step(
     RNG draws, in this order (bit-identical runs): roles, tasks, then whatever the policy and the
     environments draw.
     """
-    # The config was validated for its own variant; a sweep runs others (min_anchor_groups >= 1 when
-    # the variant draws anchors, paper §3.3): a ConfigError naming the key, before anything runs.
-    replace(alg, variant=variant.name).validate()
+    # ``alg`` was validated once, at load or by the trainer, for its own variant (the trainers pass
+    # variant = get_variant(alg.variant)). Another variant here would escape that check (min_anchor_groups
+    # >= 1 when it draws anchors, paper §3.3): a ConfigError naming the key, before anything runs.
+    if variant.name != alg.variant:
+        replace(alg, variant=variant.name).validate()
     n = alg.group_size
     if variant.trains_on_wm and world_model_env is None:
         raise ValueError(f"variant {variant.name!r} trains on world-model groups but no world model was given")
@@ -227,7 +238,7 @@ def _score_anchor_pairs(
             if t.final_code is None:
                 t.r_hat, r_hat[gi, t.index] = 0.0, 0.0
             else:
-                todo.append((int(gi), t, Submission(f"{step}/{gi}/{t.index}/pair", t.task_id, t.final_code)))
+                todo.append((int(gi), t, Submission(SubmissionId(step, int(gi), t.index, None).key, t.task_id, t.final_code)))
     if not todo:
         return 0
     feedbacks = world_model_env.evaluate([sub for _, _, sub in todo])

@@ -23,7 +23,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -32,7 +32,6 @@ from wmrl.calibration.audit import AuditReport, AuditThresholds, audit_pool
 from wmrl.calibration.debias import Debiaser, as_scores, cross_fitted
 from wmrl.calibration.denoise import Denoiser
 from wmrl.calibration.pool import LOG_NAME, AnchorPair, AnchorPool, read_log
-from wmrl.config import AlgorithmConfig
 from wmrl.io import atomic_write_json, read_json
 
 STATE_NAME = "calibrator.json"
@@ -46,10 +45,19 @@ SNAPSHOT_EVERY = 64  # logged steps between automatic snapshots (bounds the repl
 log = logging.getLogger(__name__)
 
 
+class CalibrationSettings(Protocol):
+    """What a Calibrator reads of the algorithm's config (``wmrl.algorithm.AlgorithmConfig`` is one)."""
+
+    min_pairs: int  # the debiaser is the identity until this many pairs
+    refit_every: int  # refit after every this many new pairs
+    eta_window: int  # eta^2 over the newest this-many prequential residuals
+    w_max: float  # rho is clipped to [1, w_max]
+
+
 class Calibrator:
     def __init__(
         self,
-        cfg: AlgorithmConfig,
+        cfg: CalibrationSettings,
         directory: Path | None = None,
         *,
         debias: bool = True,
@@ -198,7 +206,7 @@ class Calibrator:
         self._unsaved = 0
 
     @classmethod
-    def load(cls, cfg: AlgorithmConfig, directory: Path, *, step: int | None = None) -> Calibrator:
+    def load(cls, cfg: CalibrationSettings, directory: Path, *, step: int | None = None) -> Calibrator:
         """Resume exactly: same pool, same f_hat (bit-identical outputs), same eta2/eta2_cal/rho.
 
         ``step``: restore the state as of the end of that step (e.g. the trainer's checkpoint);

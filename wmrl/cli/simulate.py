@@ -56,7 +56,7 @@ def _track(cfg: WMRLConfig, scenario: str, results: list[Any], out: Path, plots:
     ``wmrl compare OUT`` read the runs without MLflow."""
     import dataclasses
 
-    from wmrl.simulate.report import _json_safe
+    from wmrl.io import json_safe
     from wmrl.simulate.tracking import prepare_run_dir, send_runs, write_run
     from wmrl.sweep.records import from_result, write_records
 
@@ -64,7 +64,7 @@ def _track(cfg: WMRLConfig, scenario: str, results: list[Any], out: Path, plots:
     for r in results:
         run_cfg = dataclasses.replace(cfg, algorithm=dataclasses.replace(cfg.algorithm, variant=r.variant, seed=r.seed))
         run_dir = run_directory(out, r.variant, r.seed)
-        result = _json_safe({k: v for k, v in vars(r).items() if k != "pool_sample"})
+        result = json_safe({k: v for k, v in vars(r).items() if k != "pool_sample"})
         records.append(from_result(run_dir.name, dataclasses.asdict(run_cfg.algorithm), result))
         prepare_run_dir(run_dir, run_cfg)  # its config.yaml: `wmrl sync` and `wmrl simulate --from-run` read it
         if cfg.tracking.enabled:
@@ -158,8 +158,8 @@ def _floats(flag: str, text: str) -> list[float]:
 
 def run_from_run(args: argparse.Namespace, config: str | None, overrides: list[str], variants: list[str]) -> int:
     """``--from-run``: fit, run the grid, print the fitted parameters and the predicted table."""
-    from wmrl.simulate.from_run import MIN_PAIRS, FromRunError, fit_run, fitted_config, load_run
-    from wmrl.simulate.plan import grid, run_plan, write_plan
+    from wmrl.sweep.from_run import MIN_PAIRS, FromRunError, fit_run, fitted_config, load_run
+    from wmrl.sweep.plan import grid, run_plan, write_plan
 
     if config is not None:
         raise ConfigError(f"--from-run takes its config from RUN_DIR/config.yaml; got a config file too ({config}); "

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from wmrl.io import TMP_PREFIX, fsync_dir, read_json
+from wmrl.io import TMP_PREFIX, fsync_dir, read_json, step_name
 from wmrl.learner.distributed import barrier
-from wmrl.orchestration.checkpoint import step_name
 
 if TYPE_CHECKING:
     from wmrl.learner.grpo import GRPOLearner

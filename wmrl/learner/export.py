@@ -15,10 +15,9 @@ from pathlib import Path
 
 import torch
 
-from wmrl.io import TMP_PREFIX, fsync_dir
+from wmrl.io import TMP_PREFIX, fsync_dir, step_name
 from wmrl.learner.checkpoint import complete_checkpoints, read_meta
 from wmrl.models.loading import text_config
-from wmrl.orchestration.checkpoint import step_name
 
 LEARNER_CHECKPOINTS = Path("checkpoints") / "learner"  # inside a run directory
 

@@ -12,7 +12,7 @@ from types import TracebackType
 
 import torch
 
-from wmrl.orchestration.resources import rss_mb
+from wmrl.resources import rss_mb
 
 
 class PeakMemory:

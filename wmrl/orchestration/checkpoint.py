@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wmrl.io import TMP_PREFIX, atomic_write_json, fsync_dir, read_json
+from wmrl.io import TMP_PREFIX, atomic_write_json, fsync_dir, read_json, step_name
 
 log = logging.getLogger(__name__)
 LATEST = "LATEST"
@@ -74,10 +74,6 @@ def _write_synced(path: Path, data: bytes) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:08d}"
 
 
 class CheckpointStore:

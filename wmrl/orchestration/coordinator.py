@@ -42,7 +42,7 @@ from wmrl.orchestration.health import EVENTS
 from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.metrics_log import MetricsLog
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.orchestration.resources import peak_rss_mb
+from wmrl.orchestration.registry import trainer_factory
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
 from wmrl.orchestration.slurm import (
@@ -53,8 +53,8 @@ from wmrl.orchestration.slurm import (
     submit_workers,
 )
 from wmrl.progress import progress_display
+from wmrl.resources import peak_rss_mb
 from wmrl.tracking.run_tracker import RunTracker
-from wmrl.trainers import trainer_factory
 
 log = logging.getLogger(__name__)
 PROGRESS = "progress.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import append_line_durable, atomic_write_text
-from wmrl.orchestration.resources import KEYS as MEMORY_KEYS
+from wmrl.resources import KEYS as MEMORY_KEYS
 
 METRICS = "metrics.jsonl"
 # Keys measured by the clock or the OS, not computed by training: they may differ on a faithful replay.

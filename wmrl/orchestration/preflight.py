@@ -41,7 +41,7 @@ def check_runs_root(runs_root: str | Path, run_dir: Path) -> None:
 
 def check_trainer(name: str) -> None:
     """The trainer ``name`` (validated by the config) imports here, as it must in the job."""
-    from wmrl.trainers import trainer_factory
+    from wmrl.orchestration.registry import trainer_factory
 
     try:
         trainer_factory(name)

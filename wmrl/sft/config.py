@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # annotations only: loading the section imports no other package
+    from wmrl.agent.config import AgentConfig
+    from wmrl.models.config import ModelConfig
+    from wmrl.sandbox.config import SandboxConfig
+    from wmrl.tasks.config import TasksConfig
+    from wmrl.world_model.config import WorldModelConfig
 
 # Keys that change how the run is executed, not what it computes: left out of the cache key.
 NOT_HASHED = ("checkpoint_every", "threads", "out")
@@ -53,3 +61,15 @@ class SFTConfig:
         check_range(f"{prefix}.grad_clip", self.grad_clip, 0.0)
         check_range(f"{prefix}.checkpoint_every", self.checkpoint_every, 0)
         check_range(f"{prefix}.threads", self.threads, 0)
+
+
+class SFTRunConfig(Protocol):
+    """The sections SFT reads of a run's config (``wmrl.config.WMRLConfig`` is one): the model to build,
+    the task pool, the prompts' sections (agent, world model, sandbox limits) and ``sft`` itself."""
+
+    model: ModelConfig
+    tasks: TasksConfig
+    sandbox: SandboxConfig
+    agent: AgentConfig
+    world_model: WorldModelConfig
+    sft: SFTConfig

@@ -26,6 +26,7 @@ from typing import Any
 
 from wmrl.agent.chat import ChatTokens
 from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
+from wmrl.sft.config import SFTRunConfig
 from wmrl.sft.example import SFTExample
 from wmrl.world_model.prompts import (
     SimulatorContext,
@@ -148,7 +149,7 @@ def _add(data: SFTData, example: Any, max_tokens: int) -> None:
     data.counts[example.kind] += 1
 
 
-def run_context(cfg: Any, tokenizer_max: int | None = None) -> tuple[PromptContext, SimulatorContext, Any]:
+def run_context(cfg: SFTRunConfig, tokenizer_max: int | None = None) -> tuple[PromptContext, SimulatorContext, Any]:
     """The probed sandbox runtime and the prompt contexts a run with ``cfg`` uses."""
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.sandbox.probe import probe_runtime
@@ -159,7 +160,7 @@ def run_context(cfg: Any, tokenizer_max: int | None = None) -> tuple[PromptConte
     return agent, simulator, runtime
 
 
-def build_sft_data(cfg: Any, tokenizer: Any, max_tokens: int, progress: bool = True) -> SFTData:
+def build_sft_data(cfg: SFTRunConfig, tokenizer: Any, max_tokens: int, progress: bool = True) -> SFTData:
     """Every SFT example for the run config ``cfg`` (a :class:`~wmrl.config.WMRLConfig`): the policy's
     on the training tasks, the world model's on the non-held-out variants (executed once, cached)."""
     import tempfile

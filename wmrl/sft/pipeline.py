@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wmrl.config import WMRLConfig
+from wmrl.sft.config import SFTRunConfig
 
 
-def sft_default_model(cfg: WMRLConfig, base: Path | None = None, progress: bool = True,
+def sft_default_model(cfg: SFTRunConfig, base: Path | None = None, progress: bool = True,
                       log: Any = print) -> tuple[Path, bool]:
     """Build the tiny model (unless ``base`` is given), its SFT examples, and train; ``(dir, trained_now)``."""
     from wmrl.models.init import ensure_tiny_model
@@ -36,7 +36,7 @@ def sft_default_model(cfg: WMRLConfig, base: Path | None = None, progress: bool 
     return run_sft(base, data.examples, cfg.sft, cache_dir=cfg.model.cache_dir, progress=progress)
 
 
-def initial_policy_path(cfg: WMRLConfig, progress: bool = True, log: Any = print) -> Path:
+def initial_policy_path(cfg: SFTRunConfig, progress: bool = True, log: Any = print) -> Path:
     """``model.path`` if set, else the tiny default after SFT (built on first use)."""
     from wmrl.models.loading import model_dir
 
@@ -48,7 +48,7 @@ def initial_policy_path(cfg: WMRLConfig, progress: bool = True, log: Any = print
 INITIAL_POLICY = "initial_policy.json"
 
 
-def pinned_initial_policy(cfg: WMRLConfig, run_dir: Path, log: Any = print) -> Path:
+def pinned_initial_policy(cfg: SFTRunConfig, run_dir: Path, log: Any = print) -> Path:
     """The run's initial policy (the learner's start, the KL reference and, by default, the world model),
     chosen at the run's first start and pinned in ``RUN_DIR/initial_policy.json``.
 

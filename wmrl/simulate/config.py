@@ -11,9 +11,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from wmrl.config_checks import ConfigError, check_choice, check_range
 from wmrl.simulate.expression import Expression, ExpressionError
+
+if TYPE_CHECKING:  # annotations only: the section must load without the tracking package
+    from wmrl.algorithm import AlgorithmConfig
+    from wmrl.tracking.config import TrackingConfig
 
 # Distortions phi of the synthetic world model (wmrl/simulate/world_model.py documents each one).
 PHIS: tuple[str, ...] = ("identity", "power", "logistic", "bump", "inverted", "noise")
@@ -153,3 +158,12 @@ def _check_phi_param(key: str, phi: str, value: float) -> None:
         check_range(key, value, 0.0, 1.0)  # height of the over-rating bump
     elif phi == "inverted":
         check_range(key, value, 0.0, 1.0, low_open=True)  # width of the reversed range
+
+
+class TestbedRunConfig(Protocol):
+    """What the testbed reads of a run's config (``wmrl.config.WMRLConfig`` is one): the testbed is a
+    part, the composition of every section sits above it and is passed in."""
+
+    simulator: SimulatorConfig
+    algorithm: AlgorithmConfig
+    tracking: TrackingConfig

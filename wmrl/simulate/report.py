@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.config import WMRLConfig
-from wmrl.io import atomic_write_json, atomic_write_text
+from wmrl.io import atomic_write_json, atomic_write_text, json_safe
+from wmrl.simulate.config import TestbedRunConfig
+from wmrl.simulate.simulator import COST_SOURCE, MAP_GRID, RunResult, audit_warned
 from wmrl.simulate.sweep import SweepResult
 from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.tracking.plots import save_png
-from wmrl.trainers.simulator import COST_SOURCE, MAP_GRID, RunResult, _audit_warned
 
 COLUMNS = (
     ("variant", "variant"),
@@ -75,7 +75,7 @@ def summarise(sweep: SweepResult) -> dict[str, dict[str, Any]]:
             "executions_to_target": mean_se([float(r.target_executions) for r in reached])[0],  # type: ignore[arg-type]
             "gpu_hours_to_target": mean_se([r.target_gpu_hours for r in reached])[0],  # type: ignore[misc]
             "rho_end": mean_se([r.history["rho"][-1] for r in runs])[0],
-            "audit_warned": f"{sum(_audit_warned(r.audit) for r in audits)}/{len(audits)}" if audits else "-",
+            "audit_warned": f"{sum(audit_warned(r.audit) for r in audits)}/{len(audits)}" if audits else "-",
             "final_scores": [r.final_score for r in runs],
         }
     return out
@@ -106,16 +106,6 @@ def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join([head, rule, *rows])
 
 
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
 def plot_score_vs_compute(sweep: SweepResult, target: float, path: Path) -> None:
     import matplotlib
 
@@ -139,7 +129,7 @@ def plot_score_vs_compute(sweep: SweepResult, target: float, path: Path) -> None
     save_png(fig, path)
 
 
-def plot_fitted_map(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
+def plot_fitted_map(sweep: SweepResult, cfg: TestbedRunConfig, path: Path) -> bool:
     """f_hat of the first wmrl (else debias_only) run against phi; False if no such run."""
     import matplotlib
 
@@ -169,7 +159,7 @@ def plot_fitted_map(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
     return True
 
 
-def plot_rho_eta(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
+def plot_rho_eta(sweep: SweepResult, cfg: TestbedRunConfig, path: Path) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,7 +192,7 @@ def plot_rho_eta(sweep: SweepResult, cfg: WMRLConfig, path: Path) -> bool:
     return True
 
 
-def write_report(sweep: SweepResult, cfg: WMRLConfig, out: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_report(sweep: SweepResult, cfg: TestbedRunConfig, out: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write table.md/.csv, summary.json, runs.json and the plots into ``out``; return the summary."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(sweep)
@@ -230,10 +220,10 @@ def write_report(sweep: SweepResult, cfg: WMRLConfig, out: Path, extra: dict[str
     for variant, row in summary.items():
         writer.writerow([variant, row["final_score"], row["final_score_se"]] + [row[k] for k, _ in COLUMNS[2:]])
     atomic_write_text(out / "table.csv", buf.getvalue())
-    atomic_write_json(out / "summary.json", _json_safe({"meta": meta, "variants": summary}))
+    atomic_write_json(out / "summary.json", json_safe({"meta": meta, "variants": summary}))
     atomic_write_json(
         out / "runs.json",
-        _json_safe([{k: v for k, v in vars(r).items() if k != "pool_sample"} for r in sweep.runs]),
+        json_safe([{k: v for k, v in vars(r).items() if k != "pool_sample"} for r in sweep.runs]),
     )
     plot_score_vs_compute(sweep, cfg.simulator.target_score, out / "score_vs_compute.png")
     plot_fitted_map(sweep, cfg, out / "fitted_map.png")

@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wmrl.config import VARIANTS, WMRLConfig
+from wmrl.algorithm import VARIANTS
 from wmrl.progress import progress_display
-from wmrl.trainers.simulator import RunResult, train
+from wmrl.simulate.config import TestbedRunConfig
+from wmrl.simulate.simulator import RunResult, train
 
 
 @dataclass
@@ -23,7 +24,7 @@ class SweepResult:
     load_average: tuple[float, float] = (float("nan"), float("nan"))  # 1-minute load at start and end
 
 
-def _job(args: tuple[WMRLConfig, str, int, Path | None]) -> RunResult:
+def _job(args: tuple[TestbedRunConfig, str, int, Path | None]) -> RunResult:
     cfg, variant, seed, pool_root = args
     # The audit's verdict is in the run's result (and the table); its log lines would break the bar.
     logging.getLogger("wmrl.calibration").setLevel(logging.ERROR)
@@ -38,7 +39,7 @@ def check_variants(names: Sequence[str]) -> list[str]:
 
 
 def run_sweep(
-    cfg: WMRLConfig,
+    cfg: TestbedRunConfig,
     variants: Sequence[str] = VARIANTS,
     seeds: Sequence[int] = range(5),
     workers: int = 2,
@@ -57,12 +58,12 @@ def run_sweep(
     return sweep
 
 
-def _indexed_job(item: tuple[int, tuple[WMRLConfig, str, int, Path | None]]) -> tuple[int, RunResult]:
+def _indexed_job(item: tuple[int, tuple[TestbedRunConfig, str, int, Path | None]]) -> tuple[int, RunResult]:
     return item[0], _job(item[1])
 
 
 def run_jobs(
-    jobs: Sequence[tuple[WMRLConfig, str, int, Path | None]],
+    jobs: Sequence[tuple[TestbedRunConfig, str, int, Path | None]],
     workers: int = 2,
     on_result: Callable[[RunResult], None] | None = None,
     progress: bool | None = None,

@@ -21,15 +21,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wmrl.config import WMRLConfig, to_flat_dict, to_yaml
+from wmrl.config_io import to_flat_dict, to_yaml
 from wmrl.io import atomic_write_text
+from wmrl.simulate.config import TestbedRunConfig
 from wmrl.tracking.outbox import DIRECTORY, Outbox
 from wmrl.tracking.run_tracker import MLFLOW_RUN_ID, SendReport, send_pending
 
 
 def final_metrics(result: Mapping[str, Any]) -> dict[str, float | None]:
     """The run's closing figures, as ``wmrl compare`` reads them back from MLflow."""
-    from wmrl.trainers.simulator import _audit_warned
+    from wmrl.simulate.simulator import audit_warned
 
     hist = result.get("history", {})
     out: dict[str, float | None] = {
@@ -38,7 +39,7 @@ def final_metrics(result: Mapping[str, Any]) -> dict[str, float | None]:
         "final/executions": float(result["executions"]),
         "final/rho": (hist.get("rho") or [None])[-1],
         "final/eta2": (hist.get("eta2") or [None])[-1],
-        "final/audit_warned": float(_audit_warned(result.get("audit"))) if result.get("audit") else None,
+        "final/audit_warned": float(audit_warned(result.get("audit"))) if result.get("audit") else None,
     }
     for phase, seconds in (result.get("phase_seconds") or {}).items():
         out[f"cost/{phase}_gpu_hours"] = seconds / 3600.0
@@ -49,7 +50,7 @@ def _finite(values: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
 
 
-def run_records(result: Mapping[str, Any], cfg: WMRLConfig, run_name: str, tags: Mapping[str, str],
+def run_records(result: Mapping[str, Any], cfg: TestbedRunConfig, run_name: str, tags: Mapping[str, str],
                 artifacts: Sequence[tuple[Path, str | None]] = (), timestamp_ms: int | None = None,
                 ) -> list[tuple[str, dict[str, Any]]]:
     """Every tracking record of one finished run (``result``: a RunResult as a dict; ``cfg``: the run's
@@ -72,7 +73,7 @@ def run_records(result: Mapping[str, Any], cfg: WMRLConfig, run_name: str, tags:
     return records
 
 
-def prepare_run_dir(run_dir: Path, cfg: WMRLConfig) -> None:
+def prepare_run_dir(run_dir: Path, cfg: TestbedRunConfig) -> None:
     """Write the run's resolved ``config.yaml`` (what ``wmrl sync`` reads) and drop the tracking files of
     an earlier invocation there (written by this module: a new invocation is a new MLflow run)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -82,14 +83,14 @@ def prepare_run_dir(run_dir: Path, cfg: WMRLConfig) -> None:
     atomic_write_text(run_dir / "config.yaml", to_yaml(replace(cfg, tracking=cfg.tracking.absolute())))
 
 
-def write_run(run_dir: Path, cfg: WMRLConfig, result: Mapping[str, Any], run_name: str, tags: Mapping[str, str],
+def write_run(run_dir: Path, cfg: TestbedRunConfig, result: Mapping[str, Any], run_name: str, tags: Mapping[str, str],
               artifacts: Sequence[tuple[Path, str | None]] = ()) -> None:
     """Write the run's whole outbox (``cfg``: the run's config, variant and seed set; the directory was
     prepared with :func:`prepare_run_dir`)."""
     Outbox(run_dir).extend(run_records(result, cfg, run_name, tags, [(run_dir / "config.yaml", None), *artifacts]))
 
 
-def send_runs(run_dirs: Sequence[Path], cfg: WMRLConfig) -> tuple[int, SendReport | None]:
+def send_runs(run_dirs: Sequence[Path], cfg: TestbedRunConfig) -> tuple[int, SendReport | None]:
     """Send the outboxes in order; stop at the first failure (a down store would fail them all).
     Returns how many runs were sent completely and the failure's report (None: all sent)."""
     for done, run_dir in enumerate(run_dirs):

@@ -70,7 +70,7 @@ def from_sweep_dir(root: Path) -> list[RunRecord]:
 
 def from_result(name: str, alg: dict[str, Any], res: dict[str, Any], run_id: str | None = None) -> RunRecord:
     """The record of a simulator run: ``alg`` its algorithm section, ``res`` its RunResult as a dict."""
-    from wmrl.trainers.simulator import _audit_warned
+    from wmrl.simulate.simulator import audit_warned
 
     hist = res["history"]
     return RunRecord(
@@ -78,7 +78,7 @@ def from_result(name: str, alg: dict[str, Any], res: dict[str, Any], run_id: str
         anchor_frac=float(alg["anchor_frac"]), w_max=float(alg["w_max"]),
         final_score=res["final_score"], gpu_hours=res["gpu_hours"],
         eta2=_num((hist.get("eta2") or [None])[-1]), rho=_num((hist.get("rho") or [None])[-1]),
-        audit_warned=_audit_warned(res["audit"]) if res.get("audit") else None,
+        audit_warned=audit_warned(res["audit"]) if res.get("audit") else None,
         phase_hours={k: v / 3600.0 for k, v in (res.get("phase_seconds") or {}).items()},
         curve_hours=list(hist["gpu_hours"]), curve_score=list(hist["score"]), run_id=run_id,
     )

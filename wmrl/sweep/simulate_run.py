@@ -13,15 +13,14 @@ import logging
 from pathlib import Path
 
 from wmrl.config import WMRLConfig, load_config
-from wmrl.io import atomic_write_json, read_json
-from wmrl.simulate.report import _json_safe
+from wmrl.io import atomic_write_json, json_safe, read_json
 from wmrl.sweep.state import MLFLOW_DONE, MLFLOW_PENDING, RESULT
 
 
 def compute(run_dir: str, cfg: WMRLConfig | None = None) -> str:
     """Train the run whose ``config.yaml`` is in ``run_dir`` (``cfg``: that config, already loaded);
     write ``result.json``. Returns ``run_dir``."""
-    from wmrl.trainers.simulator import train
+    from wmrl.simulate.simulator import train
 
     cfg = cfg or load_config(Path(run_dir) / "config.yaml")
     # The audit's verdict is in the result; its log lines would break the sweep's progress bar.
@@ -29,7 +28,7 @@ def compute(run_dir: str, cfg: WMRLConfig | None = None) -> str:
     result = train(cfg, cfg.algorithm.variant, cfg.algorithm.seed)
     data = dataclasses.asdict(result)
     data.pop("pool_sample", None)  # plots of a single run are not what a sweep keeps
-    atomic_write_json(Path(run_dir) / RESULT, _json_safe(data))
+    atomic_write_json(Path(run_dir) / RESULT, json_safe(data))
     return run_dir
 
 

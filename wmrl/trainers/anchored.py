@@ -2,7 +2,7 @@
 
 Each task of the pool offers its reference solutions (standalone scripts of different strength) as the
 candidates a trajectory can pick; the softmax policy of ``wmrl simulate`` learns which to pick. Anchor
-groups are really executed (:class:`~wmrl.environments.executed.ExecutedEnvironment`: the request goes
+groups are really executed (:class:`~wmrl.orchestration.executed.ExecutedEnvironment`: the request goes
 through the execution service to the workers, the sandbox runs the script, the grader scores its
 submission); world-model groups, and the anchor pairs, are scored by the synthetic world model
 ``r_hat = phi(r) + noise`` over the solution's score known from the pool build. The step is the one
@@ -32,14 +32,14 @@ import numpy as np
 from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import STATE_NAME
 from wmrl.config import WMRLConfig
-from wmrl.environments.executed import ExecutedEnvironment, Runner
+from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
 from wmrl.rollout import Submission
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.step import StepResult, calibrator_for, wmrl_step, world_model_scores
 from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
-from wmrl.trainers.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
+from wmrl.simulate.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
 
 COST_SOURCE = "measured"  # seconds recorded by the workers, the world model, the policy and the learner
 @dataclass(frozen=True)

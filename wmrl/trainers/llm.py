@@ -5,7 +5,7 @@ One step is :func:`wmrl.step.wmrl_step` with these parts:
 - policy: :class:`~wmrl.agent.policy.AgentPolicy`, the multi-turn agent over a :class:`Generator`
   (transformers on CPU, vLLM on a cluster) that samples replies, parses their code block and feeds
   each turn's submission to its group's environment;
-- executed environment (anchor groups): :class:`~wmrl.environments.executed.ExecutedEnvironment`, the
+- executed environment (anchor groups): :class:`~wmrl.orchestration.executed.ExecutedEnvironment`, the
   run's workers (local processes or a Slurm array) running the sandbox and the grader;
 - world-model environment: :class:`~wmrl.world_model.env.WorldModelEnvironment`, the frozen initial
   policy prompted with the eight checks of Appendix E (in this process, or a served endpoint);
@@ -37,7 +37,7 @@ import numpy as np
 from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import STATE_NAME, Calibrator
 from wmrl.config import WMRLConfig
-from wmrl.environments.executed import ExecutedEnvironment, Runner
+from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.evaluation import EvalReport, evaluate
 from wmrl.orchestration.rundir import RunDir
 from wmrl.step import PHASES, StepResult, calibrator_for, wmrl_step, world_model_scores

@@ -1,7 +1,7 @@
 """The synthetic simulator trainer: one (variant, seed) run of ``wmrl simulate``.
 
 The step is the one every trainer runs (:func:`wmrl.step.wmrl_step`); here its parts are the simulator's
-(:mod:`wmrl.trainers.softmax`): a softmax policy over the synthetic benchmark's approaches, a synthetic
+(:mod:`wmrl.simulate.softmax`): a softmax policy over the synthetic benchmark's approaches, a synthetic
 execution (the true score, plus grader noise) and a synthetic world model ``r_hat = phi(r) + noise``.
 Compute is **modelled** (``cost_source: modelled``): the :class:`~wmrl.simulate.cost.CostMeter` prices
 the step's counts of executions, world-model calls, trajectories and updates with ``simulator.cost``
@@ -22,15 +22,12 @@ import numpy as np
 from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME
 from wmrl.calibration.pool import LOG_NAME
-from wmrl.config import WMRLConfig
-from wmrl.simulate.config import SimulatorConfig
+from wmrl.simulate.config import SimulatorConfig, TestbedRunConfig
 from wmrl.simulate.cost import CostMeter
 from wmrl.simulate.environment import Environment as Benchmark
 from wmrl.simulate.environment import make_environment
 from wmrl.simulate.policy import SoftmaxPolicy
-from wmrl.simulate.world_model import SyntheticWorldModel
-from wmrl.step import calibrator_for, wmrl_step, world_model_scores
-from wmrl.trainers.softmax import (
+from wmrl.simulate.softmax import (
     SoftmaxAgent,
     SoftmaxLearner,
     SyntheticExecution,
@@ -38,6 +35,8 @@ from wmrl.trainers.softmax import (
     printed_score,
     synthetic_solutions,
 )
+from wmrl.simulate.world_model import SyntheticWorldModel
+from wmrl.step import calibrator_for, wmrl_step, world_model_scores
 
 COST_SOURCE = "modelled"  # GPU-hours from simulator.cost, not measured
 MAP_GRID = np.linspace(0.0, 1.0, 101)
@@ -84,7 +83,7 @@ def _audit_summary(report: Any) -> dict[str, Any]:
     return out
 
 
-def _audit_warned(audit: dict[str, Any] | None) -> bool:
+def audit_warned(audit: dict[str, Any] | None) -> bool:
     """Did any audit of the run warn (the run-level verdict)?"""
     if not audit:
         return False
@@ -129,12 +128,13 @@ def simulated_parts(sim: SimulatorConfig, seed: int, rng: np.random.Generator) -
                           SoftmaxLearner(policy, index, sim.lr, sim.entropy_coef), SyntheticExecution(bench, rng), wm)
 
 
-def train(cfg: WMRLConfig, variant_name: str, seed: int, pool_root: Path | None = None) -> RunResult:
+def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path | None = None) -> RunResult:
     """One run; with ``pool_root`` its anchor pairs are logged on disk as they arrive (see
     :func:`pool_directory`), the same files the coordinator keeps in ``RUN_DIR/calibration``."""
     started, cpu_started = time.perf_counter(), time.process_time()
     sim, alg = cfg.simulator, dataclasses.replace(cfg.algorithm, variant=variant_name, seed=seed)
-    variant = get_variant(variant_name)
+    alg.validate()  # the config was validated for its own variant; a sweep runs others (once, not per step)
+    variant = get_variant(alg.variant)
     directory = None if pool_root is None else pool_directory(pool_root, variant_name, seed)
     # nobody resumes a simulate run: its pool log is written for people to read, without an fsync per step
     calibrator = calibrator_for(variant, alg, directory, durable=False)

@@ -24,6 +24,7 @@ from wmrl.rollout import (
     Feedback,
     Groups,
     Submission,
+    SubmissionId,
     Trajectory,
     Turn,
 )
@@ -72,7 +73,7 @@ class SoftmaxAgent:
         batches: dict[int, list[tuple[Trajectory, Submission]]] = {}
         for g, group in enumerate(groups):
             for t in group:
-                sub = Submission(f"{step}/{g}/{t.index}/0", t.task_id, codes[g][t.index])
+                sub = Submission(SubmissionId(step, g, t.index, 0).key, t.task_id, codes[g][t.index])
                 t.turns.append(Turn([], [], [], "", sub.code, None, seconds=per_trajectory))
                 t.seconds["generation"] = per_trajectory
                 batches.setdefault(id(envs[g]), []).append((t, sub))
@@ -134,9 +135,9 @@ class SyntheticWorldModelEnv:
 
     def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
         started = time.perf_counter()
-        groups: dict[str, list[int]] = {}
+        groups: dict[int, list[int]] = {}
         for i, sub in enumerate(submissions):
-            groups.setdefault(sub.key.split("/")[1], []).append(i)
+            groups.setdefault(SubmissionId.parse(sub.key).group, []).append(i)
         r_hat = np.empty(len(submissions))
         rows = list(groups.values())
         true = [[self.truth(submissions[i]) for i in members] for members in rows]

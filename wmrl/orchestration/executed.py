@@ -1,7 +1,7 @@
 """The executed environment: each submission really runs in a sandbox on a worker and is graded.
 
 Submissions become :class:`~wmrl.orchestration.records.ExecutionRequest` s (request id from the
-submission key ``step/group/trajectory/turn``, so a resubmitted step after a restart reuses finished
+submission's :class:`~wmrl.rollout.SubmissionId`, so a resubmitted step after a restart reuses finished
 work and nothing is counted twice), go through the run's execution service (the coordinator's
 ``AnchorRunner``: submit, wait in slices, cancel what missed the deadline), and come back as
 :class:`~wmrl.rollout.Feedback` with the *measured* seconds the worker recorded. A request the workers
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.rollout import EXECUTED, Feedback, Submission
+from wmrl.rollout import EXECUTED, Feedback, Submission, SubmissionId
 
 NO_RESULT = "The execution infrastructure gave up on this attempt; it is not counted."
 
@@ -26,16 +26,6 @@ class Runner(Protocol):
     """Submit requests, wait up to ``timeout_s``, return the outcomes that arrived (by request id)."""
 
     def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]: ...
-
-
-def parse_key(key: str) -> tuple[int, int, int, int]:
-    """``step/group/trajectory/turn`` -> four ints (the execution request's coordinates)."""
-    parts = key.split("/")
-    try:
-        step, group, traj, turn = (int(p) for p in parts)
-    except ValueError:
-        raise ValueError(f"submission key {key!r} is not 'step/group/trajectory/turn' (four integers)") from None
-    return step, group, traj, turn
 
 
 class ExecutedEnvironment:
@@ -59,8 +49,12 @@ class ExecutedEnvironment:
         return [to_feedback(s.key, done.get(r.request_id)) for s, r in zip(submissions, requests, strict=True)]
 
     def request(self, sub: Submission) -> ExecutionRequest:
-        step, group, traj, turn = parse_key(sub.key)
-        return ExecutionRequest.create(self.run_id, step, sub.task_id, group, traj, sub.code, self.timeout_s, turn)
+        at = SubmissionId.parse(sub.key)
+        if at.turn is None:  # an anchor pair is the world model's score of an executed solution
+            raise ValueError(f"submission key {sub.key!r}: an execution is one turn; 'step/group/trajectory/turn' "
+                             "needs an integer turn")
+        return ExecutionRequest.create(self.run_id, at.step, sub.task_id, at.group, at.trajectory, sub.code,
+                                       self.timeout_s, at.turn)
 
 
 def to_feedback(key: str, record: ExecutionOutcomeRecord | None) -> Feedback:

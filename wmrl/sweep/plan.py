@@ -19,8 +19,8 @@ from typing import Any
 from wmrl.algorithm import get_variant
 from wmrl.config import WMRLConfig
 from wmrl.io import atomic_write_json, atomic_write_text
-from wmrl.simulate.from_run import Fit
 from wmrl.sweep.compare import Comparison, compare, csv_text, markdown
+from wmrl.sweep.from_run import Fit
 from wmrl.sweep.records import RunRecord, from_result, write_records
 
 ANCHOR_FRACS = (0.05, 0.1, 0.2, 0.4)
@@ -54,7 +54,7 @@ def grid(cfg: WMRLConfig, variants: Sequence[str], anchor_fracs: Sequence[float]
 def run_plan(cfg: WMRLConfig, settings: Sequence[Setting], seeds: Sequence[int], workers: int = 2,
              progress: bool | None = None) -> tuple[list[RunRecord], float]:
     """Every (setting, seed) on the fitted simulator; the runs as ``wmrl compare`` records, and the wall time."""
-    from wmrl.simulate.report import _json_safe
+    from wmrl.io import json_safe
     from wmrl.simulate.sweep import run_jobs
 
     jobs, names = [], []
@@ -67,7 +67,7 @@ def run_plan(cfg: WMRLConfig, settings: Sequence[Setting], seeds: Sequence[int],
     records = []
     for (s, seed), result in zip(names, sweep.runs):
         alg = {"variant": s.variant, "seed": seed, "anchor_frac": s.anchor_frac, "w_max": s.w_max}
-        data = _json_safe({k: v for k, v in vars(result).items() if k != "pool_sample"})
+        data = json_safe({k: v for k, v in vars(result).items() if k != "pool_sample"})
         records.append(from_result(f"{s.name}_s{seed}", alg, data))
     return records, sweep.wall_seconds
 
@@ -76,7 +76,7 @@ def write_plan(out: Path, fit: Fit, records: list[RunRecord], wall_seconds: floa
                ) -> tuple[Comparison, str]:
     """plan.md (fitted parameters + predicted table), plan.csv (``wmrl compare``'s columns), fit.json,
     records.jsonl (``wmrl compare OUT`` re-reads it) and the comparison's plots; returns the text."""
-    from wmrl.simulate.report import _json_safe
+    from wmrl.io import json_safe
     from wmrl.sweep.compare_plots import plot_heatmaps, plot_score_vs_gpu_hours
 
     out.mkdir(parents=True, exist_ok=True)
@@ -92,7 +92,7 @@ def write_plan(out: Path, fit: Fit, records: list[RunRecord], wall_seconds: floa
     )
     atomic_write_text(out / "plan.md", text)
     atomic_write_text(out / "plan.csv", csv_text(comparison))
-    atomic_write_json(out / "fit.json", _json_safe({**fit.to_dict(), "meta": meta}))
+    atomic_write_json(out / "fit.json", json_safe({**fit.to_dict(), "meta": meta}))
     write_records(records, out / "records.jsonl")
     plot_score_vs_gpu_hours(comparison, out / "score_vs_gpu_hours.png")
     plot_heatmaps(comparison, out)
