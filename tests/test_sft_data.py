@@ -27,7 +27,7 @@ from wmrl.sft.data import (
 )
 from wmrl.tasks.layouts import load_task
 from wmrl.tasks.testing import make_wmrl_task
-from wmrl.world_model.prompts import CHECK_NAMES, SimulatorContext
+from wmrl.world_model.prompts import CHECK_NAMES, WorldModelContext
 from wmrl.world_model.targets import failing_check
 from wmrl.world_model.variants import MUTATIONS, make_variants, real_outcomes
 from wmrl.world_model.verdict import parse_verdict
@@ -143,7 +143,7 @@ def test_world_model_targets_come_from_real_executions_and_are_cached(task, tmp_
                       tmp_path / "work")
 
     data = SFTData([])
-    sim = SimulatorContext(60, 0, table_runtime())
+    sim = WorldModelContext(60, 0, table_runtime())
     world_model_examples(tokenizer(), variants, outcomes, {task.task_id: "Competition: Tiny\n"}, sim, CHECK_NAMES,
                          "short", 2000, 100000, data)
     assert data.counts["world_model"] == len(variants) * len(CHECK_NAMES)
@@ -167,7 +167,7 @@ def test_held_out_variants_and_too_long_examples_are_left_out(task):
     held = [replace(v, heldout=True) for v in variants]
     ok = {v.key: Outcome("ok", True, 0.6, None, None, "", "", 0.0, "leaderboard") for v in variants}
     data = SFTData([])
-    sim = SimulatorContext(60, 0, table_runtime())
+    sim = WorldModelContext(60, 0, table_runtime())
     world_model_examples(tokenizer(), held, ok, {task.task_id: "x"}, sim, CHECK_NAMES, "short", 2000, 100000, data)
     assert data.examples == []
     world_model_examples(tokenizer(), variants, ok, {task.task_id: "x"}, sim, CHECK_NAMES, "short", 2000, 50, data)

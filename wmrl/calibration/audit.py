@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from wmrl.calibration.debias import apply_map, as_scores, cross_fitted, fit_isotonic, group_folds
-from wmrl.calibration.stats import clustered_z, codes_of, task_effects, within_group_sd
+from wmrl.calibration.stats import clustered_z, codes_of, task_effects, within_group_variance
 
 CHECKS = ("monotonicity", "stationarity", "task_bias", "coverage")
 
@@ -233,7 +233,7 @@ def audit_pool(
     window = min(t.stationarity_window or max(recent_window, n // 4), n)
     n_groups = int(g.max()) + 1 if n else 0
     n_tasks = 0 if task_names is None else len(task_names)
-    spread = within_group_sd(pred, g) if n else nan
+    spread = math.sqrt(within_group_variance(pred, g)) if n else nan
     report = AuditReport(
         n, n_groups, n_tasks, spread, nan, nan, nan, nan, nan, nan, nan, window, nan, nan, nan, nan, {},
         nan, 0, 0, nan, t,

@@ -30,29 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.calibration.stats import within_group_variance
+
 # Score units: a world model whose calibrated scores are off by less than this (RMS) is treated as
 # exact when eta2_cal is recorded. 0.01 is below one position on a 60-entry leaderboard (1/60).
 RESOLUTION = 0.01
-
-
-def within_group_variance(true: np.ndarray, group_ids: Sequence[str]) -> float:
-    """Mean over groups (with >= 2 pairs here) of the population variance of their true scores.
-
-    Returns NaN when no group has two pairs in the window. A group cut by the window edge counts with
-    the pairs it has there.
-    """
-    if len(true) != len(group_ids):
-        raise ValueError(f"{len(true)} scores but {len(group_ids)} group ids")
-    _, codes = np.unique(np.asarray(group_ids), return_inverse=True)  # unicode array: fast sort
-    counts = np.bincount(codes)
-    keep = counts >= 2
-    if not keep.any():
-        return float("nan")
-    mean = np.bincount(codes, weights=true) / counts
-    var = (
-        np.bincount(codes, weights=(true - mean[codes]) ** 2) / counts
-    )  # two-pass: no cancellation
-    return float(var[keep].mean())
 
 
 def spread_normaliser(true: np.ndarray, group_ids: Sequence[str]) -> float:

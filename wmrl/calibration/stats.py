@@ -43,16 +43,22 @@ def clustered_z(values: np.ndarray, clusters: np.ndarray) -> tuple[float, float]
     return mean, mean / math.sqrt(var)
 
 
-def within_group_sd(values: np.ndarray, groups: np.ndarray) -> float:
-    """sqrt of the mean (over groups with >= 2 pairs) population variance inside a group."""
+def within_group_variance(values: np.ndarray, groups: Sequence[str] | np.ndarray) -> float:
+    """Mean over groups (with >= 2 members here) of the population variance of their values.
+
+    NaN when no group has two members. A group cut by a window's edge counts with the members it has
+    there. The denoiser normalises eta2 by it (Eq. 5); the audit reads its square root as the spread.
+    """
+    if len(values) != len(groups):
+        raise ValueError(f"{len(values)} scores but {len(groups)} group ids")
     codes = codes_of(groups)
     counts = np.bincount(codes)
     keep = counts >= 2
     if not keep.any():
         return float("nan")
     mean = np.bincount(codes, weights=values) / counts
-    var = np.bincount(codes, weights=(values - mean[codes]) ** 2) / counts
-    return float(math.sqrt(var[keep].mean()))
+    var = np.bincount(codes, weights=(values - mean[codes]) ** 2) / counts  # two-pass: no cancellation
+    return float(var[keep].mean())
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,13 @@ from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
 from wmrl.sft.config import SFTRunConfig
 from wmrl.sft.example import SFTExample
 from wmrl.world_model.prompts import (
-    SimulatorContext,
+    WorldModelContext,
     check_messages,
     get_checks,
     simulator_system_prompt,
 )
 from wmrl.world_model.targets import target_json
-from wmrl.world_model.variants import Outcome, Variant, make_variants
+from wmrl.world_model.variants import Outcome, SolutionVariant, make_variants
 
 AGENT, WORLD_MODEL = "agent", "world_model"
 _DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
@@ -104,8 +104,8 @@ def policy_examples(tokenizer: Any, tasks: Sequence[Any], overviews: Mapping[str
             _add(data, SFTExample(prompt, target, AGENT), max_tokens)
 
 
-def world_model_examples(tokenizer: Any, variants: Sequence[Variant], outcomes: Mapping[str, Outcome],
-                         overviews: Mapping[str, str], context: SimulatorContext, checks: Sequence[str],
+def world_model_examples(tokenizer: Any, variants: Sequence[SolutionVariant], outcomes: Mapping[str, Outcome],
+                         overviews: Mapping[str, str], context: WorldModelContext, checks: Sequence[str],
                          prompt_style: str, max_overview_chars: int, max_tokens: int, data: SFTData) -> None:
     chat = ChatTokens(tokenizer)
     system = simulator_system_prompt(context, prompt_style)
@@ -120,7 +120,7 @@ def world_model_examples(tokenizer: Any, variants: Sequence[Variant], outcomes: 
                  max_tokens)
 
 
-def left_to_the_world_model(variants: Sequence[Variant], tasks: Sequence[Any], runtime: Any) -> list[Variant]:
+def left_to_the_world_model(variants: Sequence[SolutionVariant], tasks: Sequence[Any], runtime: Any) -> list[SolutionVariant]:
     """The variants the static pre-check does not settle. A run with the pre-check on never asks the
     world model about the others, and training on them (most of the broken variants) taught a tiny
     model to answer "No module named ..." whatever the code."""
@@ -132,7 +132,7 @@ def left_to_the_world_model(variants: Sequence[Variant], tasks: Sequence[Any], r
     return [v for v in variants if prechecks[v.task_id].check(v.code) is None]
 
 
-def world_model_sft_variants(train: Sequence[Any], wm: Any, runtime: Any) -> list[Variant]:
+def world_model_sft_variants(train: Sequence[Any], wm: Any, runtime: Any) -> list[SolutionVariant]:
     """The variants ``wmrl sft`` executes and trains the world model on: the training tasks' variants
     that are not held out (those are the world model evaluation's, benchmarks/eval_world_model.py),
     less the ones the pre-check settles when it is on."""
@@ -149,14 +149,14 @@ def _add(data: SFTData, example: Any, max_tokens: int) -> None:
     data.counts[example.kind] += 1
 
 
-def run_context(cfg: SFTRunConfig, tokenizer_max: int | None = None) -> tuple[PromptContext, SimulatorContext, Any]:
+def run_context(cfg: SFTRunConfig, tokenizer_max: int | None = None) -> tuple[PromptContext, WorldModelContext, Any]:
     """The probed sandbox runtime and the prompt contexts a run with ``cfg`` uses."""
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.sandbox.probe import probe_runtime
 
     runtime = probe_runtime(make_backend(cfg.sandbox), limits_from_config(cfg.sandbox))
     agent = PromptContext(cfg.agent.max_turns, cfg.sandbox.timeout_s, cfg.sandbox.gpus, runtime)
-    simulator = SimulatorContext(cfg.sandbox.timeout_s, cfg.sandbox.gpus, runtime)
+    simulator = WorldModelContext(cfg.sandbox.timeout_s, cfg.sandbox.gpus, runtime)
     return agent, simulator, runtime
 
 

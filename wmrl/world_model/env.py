@@ -26,7 +26,7 @@ from wmrl.world_model.backends import Completion, WorldModelBackend
 from wmrl.world_model.config import WorldModelConfig
 from wmrl.world_model.precheck import DataInventory, PreCheck
 from wmrl.world_model.prompts import (
-    SimulatorContext,
+    WorldModelContext,
     check_messages,
     get_checks,
     simulator_system_prompt,
@@ -66,7 +66,7 @@ class WorldModelEnvironment:
         self.cfg = cfg
         self.runtime = runtime
         self.checks = get_checks(cfg.checks)
-        self.system = simulator_system_prompt(SimulatorContext(timeout_s, gpus, runtime), cfg.prompt_style)
+        self.system = simulator_system_prompt(WorldModelContext(timeout_s, gpus, runtime), cfg.prompt_style)
         self.counts: Counter[str] = Counter()
         self._prechecks = {tid: PreCheck(case.inventory, runtime) for tid, case in self.cases.items()}
 

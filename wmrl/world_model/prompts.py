@@ -71,13 +71,15 @@ OUTPUT_FORMAT = (
 
 
 @dataclass(frozen=True)
-class SimulatorContext:
+class WorldModelContext:
+    """What the world model's system prompt says of the sandbox: time limit, GPUs, installed runtime."""
+
     timeout_s: float
     gpus: int
     runtime: SandboxRuntime
 
 
-def simulator_system_prompt(ctx: SimulatorContext, style: str = "full") -> str:
+def simulator_system_prompt(ctx: WorldModelContext, style: str = "full") -> str:
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style {style!r}; allowed: {', '.join(PROMPT_STYLES)}")
     gpu = "ONE ~40GB GPU available" if ctx.gpus > 0 else "NO GPU (CPU only)"
@@ -154,7 +156,7 @@ def tokenizer_texts() -> list[str]:
     every check's instruction and the JSON answer shapes."""
     from wmrl.sandbox.probe import table_runtime
 
-    ctx = SimulatorContext(timeout_s=1200, gpus=0, runtime=table_runtime())
+    ctx = WorldModelContext(timeout_s=1200, gpus=0, runtime=table_runtime())
     import json
 
     tb = 'Traceback (most recent call last):\n  File "solution.py", line 12, in <module>\nKeyError: \'label\''

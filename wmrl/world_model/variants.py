@@ -45,7 +45,10 @@ _SUBMIT = re.compile(r'^(pd\.DataFrame\(\{"id": test_ids, [^}]+\}\))(\.to_csv\(S
 
 
 @dataclass(frozen=True)
-class Variant:
+class SolutionVariant:
+    """A reference solution, unchanged or with one mistake (``kind``): an example the world model learns
+    and is measured on; not an algorithm variant (``wmrl.algorithm.Variant``)."""
+
     task_id: str
     reference: str  # the reference solution's name
     kind: str  # "reference" or one of MUTATIONS
@@ -119,10 +122,10 @@ def _held_out(name: str, fraction: float) -> bool:
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.25, seed: int = 0) -> list[Variant]:
+def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.25, seed: int = 0) -> list[SolutionVariant]:
     """For each task, ``per_task`` references spread over the leaderboard, each unmodified and with
     every mutation that applies. Deterministic in (tasks, per_task, heldout_fraction, seed)."""
-    out: list[Variant] = []
+    out: list[SolutionVariant] = []
     for task in tasks:
         refs = task.reference_solutions()
         if not refs:
@@ -132,13 +135,13 @@ def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.2
             ref = refs[int(index)]
             code = ref.code
             heldout = task.split != "train" or _held_out(f"{task.task_id}/{ref.name}", heldout_fraction)
-            out.append(Variant(task.task_id, ref.name, REFERENCE, code, heldout, ref.position_score))
+            out.append(SolutionVariant(task.task_id, ref.name, REFERENCE, code, heldout, ref.position_score))
             task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
             rng = np.random.default_rng([seed, task_seed, int(index)])
             for kind in MUTATIONS:
                 mutated = mutate(code, kind, rng)
                 if mutated is not None and mutated != code:
-                    out.append(Variant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
+                    out.append(SolutionVariant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
     return out
 
 
@@ -177,7 +180,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("WMRL_CACHE") or Path.home() / ".cache" / "wmrl") / "outcomes"
 
 
-def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, limits: Any, runtime: Any,
+def real_outcomes(variants: list[SolutionVariant], tasks: dict[str, Any], backend: Any, limits: Any, runtime: Any,
                   work_root: Path, workers: int = 2, progress: bool = False) -> dict[str, Outcome]:
     """Each variant's real outcome by ``variant.key``: references from their leaderboard run, the rest
     executed in ``backend`` (``workers`` at once) unless the cache already holds them. The cache is
@@ -198,7 +201,7 @@ def real_outcomes(variants: list[Variant], tasks: dict[str, Any], backend: Any, 
         else:
             todo.append(v)
 
-    def run(v: Variant) -> tuple[str, Outcome]:
+    def run(v: SolutionVariant) -> tuple[str, Outcome]:
         outcome = outcome_of_execution(execute_and_grade(tasks[v.task_id], v.code, backend, limits, work_root))
         atomic_write_json(cache / f"{v.key}.json", outcome.to_dict())
         return v.key, outcome

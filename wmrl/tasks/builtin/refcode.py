@@ -9,7 +9,7 @@ under ``python`` with the two environment variables set, or in-process during th
 
 from __future__ import annotations
 
-from wmrl.tasks.builtin.spec import TaskData, Variant
+from wmrl.tasks.builtin.spec import ReferenceSpec, TaskData
 
 HEADER = '''"""Reference solution `{name}` for task `{task_id}`{weak}."""
 import os
@@ -41,7 +41,7 @@ _SGD_CLF = "from sklearn.linear_model import SGDClassifier\n"
 _SVC = "from sklearn.svm import SVC\n"
 _RIDGE = "from sklearn.linear_model import Ridge\n"
 
-# key -> (imports, expression); expressions are formatted with Variant.params. A ``_raw`` key is
+# key -> (imports, expression); expressions are formatted with ReferenceSpec.params. A ``_raw`` key is
 # the same model without the scaler (pixels in [0, 1], tf-idf vectors: already on one scale).
 # Every classifier has ``predict_proba`` (probability submissions need it).
 MODELS: dict[str, tuple[str, str]] = {
@@ -147,7 +147,7 @@ model.fit(X_train, y_train)
 '''
 
 
-def make_code(data: TaskData, variant: Variant) -> str:
+def make_code(data: TaskData, variant: ReferenceSpec) -> str:
     imports, expression = MODELS[variant.model]
     if variant.features not in data.feature_choices:
         raise KeyError(f"{data.task_id}/{variant.name}: unknown feature choice {variant.features!r}")

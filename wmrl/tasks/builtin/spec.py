@@ -9,7 +9,7 @@ import pandas as pd
 
 
 @dataclass(frozen=True)
-class Variant:
+class ReferenceSpec:
     """One reference solution: a model from ``refcode.MODELS`` plus how it sees the data."""
 
     name: str
@@ -36,8 +36,8 @@ class TaskData:
     answers: pd.DataFrame  # id + submission columns (one-hot for prob_multi)
     sample_submission: pd.DataFrame
     loader: str  # code that defines X_train, y_train, X_test, test_ids (refcode placeholders allowed)
-    variants: list[Variant]
-    # Variant.features -> Python expression substituted for __FEATURES__ in ``loader``.
+    variants: list[ReferenceSpec]
+    # ReferenceSpec.features -> Python expression substituted for __FEATURES__ in ``loader``.
     feature_choices: dict[str, str] = field(default_factory=dict)
     target: str = "label"
     files: dict[str, bytes] = field(default_factory=dict)  # extra public files (images, zips)

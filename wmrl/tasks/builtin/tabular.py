@@ -9,7 +9,7 @@ import pandas as pd
 import statsmodels.api as sm
 from sklearn import datasets
 
-from wmrl.tasks.builtin.spec import TaskData, Variant, classification_frames
+from wmrl.tasks.builtin.spec import ReferenceSpec, TaskData, classification_frames
 from wmrl.tasks.builtin.variants import classifier_variants, regressor_variants
 
 LOADER = '''train = pd.read_csv(os.path.join(DATA_DIR, "train.csv"))
@@ -28,7 +28,7 @@ def _snake(name: str) -> str:
 
 def _tabular(
     task_id: str, name: str, split: str, metric: str, output: str, features: pd.DataFrame, y: np.ndarray,
-    target: str, summary: str, source: str, seed: int, variants: list[Variant], test_frac: float = 0.3,
+    target: str, summary: str, source: str, seed: int, variants: list[ReferenceSpec], test_frac: float = 0.3,
 ) -> TaskData:
     features = features.rename(columns=_snake).reset_index(drop=True)
     columns = list(features.columns)

@@ -12,7 +12,7 @@ whole pool builds in a few minutes on two cores.
 
 from __future__ import annotations
 
-from wmrl.tasks.builtin.spec import Variant as V
+from wmrl.tasks.builtin.spec import ReferenceSpec as V
 
 _UNIFORM = {"weights": "uniform"}
 _DISTANCE = {"weights": "distance"}

@@ -22,7 +22,9 @@ from wmrl.simulate.config import SimulatorConfig
 
 
 @dataclass(frozen=True)
-class Environment:
+class Benchmark:
+    """The synthetic benchmark's ground truth (not a step Environment: ``softmax.py`` wraps it as those)."""
+
     quality: np.ndarray  # (T, K) score of a solution that runs
     crash: np.ndarray  # (T, K) probability that a solution of this approach crashes (score 0)
     exec_noise: float  # std of the grader's noise on a real execution
@@ -60,9 +62,9 @@ class Environment:
         return np.clip(true + rng.normal(0.0, self.exec_noise, true.shape), 0.0, 1.0)
 
 
-def make_environment(cfg: SimulatorConfig, seed: int) -> Environment:
+def make_benchmark(cfg: SimulatorConfig, seed: int) -> Benchmark:
     """The benchmark of a run: drawn from ``cfg.env_seed`` if set (shared by all seeds), else from ``seed``."""
     rng = np.random.default_rng([cfg.env_seed if cfg.env_seed is not None else seed, 1])
     quality = rng.beta(cfg.quality_alpha, cfg.quality_beta, size=(cfg.tasks, cfg.candidates))
     crash = cfg.crash_base + cfg.crash_slope * quality
-    return Environment(quality=quality, crash=crash, exec_noise=cfg.exec_noise)
+    return Benchmark(quality=quality, crash=crash, exec_noise=cfg.exec_noise)
