@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,9 @@ def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the wmrl modules it imports (``from a import b`` counts a.b when b is a module).
+def import_graph(nodes: Callable[[ast.AST], Iterable[ast.AST]] = runtime_nodes) -> dict[str, set[str]]:
+    """module -> the wmrl modules it imports (``from a import b`` counts a.b when b is a module);
+    ``nodes``: which statements of a module count (default: those that run, see ``runtime_nodes``).
 
     Importing ``wmrl.x.y`` from outside package ``wmrl.x`` first runs ``wmrl/x/__init__.py``, so that
     import also depends on the package; inside the package its ``__init__`` has already run.
@@ -46,7 +48,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
-        for node in runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):

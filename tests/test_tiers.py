@@ -24,7 +24,7 @@ from test_imports import PACKAGE, cycles, import_graph, module_files
 
 CORE = ("wmrl.rollout", "wmrl.algorithm", "wmrl.step", "wmrl.calibration", "wmrl.evaluation",
         "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks",
-        "wmrl.resources")
+        "wmrl.resources", "wmrl.loop")
 RUNS = ("wmrl.trainers", "wmrl.orchestration", "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
 TIER_NAMES = ("core", "parts", "runs")
 
@@ -41,29 +41,8 @@ def tier(module: str) -> int:
 
 
 def every_import_graph() -> dict[str, set[str]]:
-    """module -> the wmrl modules it imports anywhere in its text (``TYPE_CHECKING`` blocks included).
-
-    ``from a import b`` counts ``a.b`` when b is a module, else ``a``; importing ``wmrl.x.y`` also runs
-    the package ``wmrl.x`` (as in ``test_imports.import_graph``)."""
-    files = module_files()
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*up, base] if base else up)
-                deps |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
-        for dep in list(deps):
-            parts = dep.split(".")
-            deps |= {".".join(parts[:k]) for k in range(2, len(parts)) if not name.startswith(".".join(parts[:k]))}
-        graph[name] = {d for d in deps if d in files and d != name}
-    return graph
+    """module -> the wmrl modules it imports anywhere in its text (``TYPE_CHECKING`` blocks included)."""
+    return import_graph(nodes=ast.walk)
 
 
 def upward_edges(graph: dict[str, set[str]]) -> list[str]:

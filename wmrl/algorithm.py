@@ -88,14 +88,11 @@ class AlgorithmConfig:
     def validate(self, prefix: str = "algorithm") -> None:
         check_choice(f"{prefix}.variant", self.variant, VARIANTS)
         check_range(f"{prefix}.anchor_frac", self.anchor_frac, 0.0, 1.0, low_open=True)
-        check_range(f"{prefix}.min_anchor_groups", self.min_anchor_groups, 0)
-        check_range(f"{prefix}.min_pairs", self.min_pairs, 1)
-        check_range(f"{prefix}.refit_every", self.refit_every, 1)
-        check_range(f"{prefix}.eta_window", self.eta_window, 2)
-        check_range(f"{prefix}.w_max", self.w_max, 1.0)
-        check_range(f"{prefix}.groups_per_step", self.groups_per_step, 1)
-        # GRPO needs at least two trajectories per group for a non-trivial advantage.
-        check_range(f"{prefix}.group_size", self.group_size, 2)
+        # The lowest value of each key; GRPO needs at least two trajectories per group for a non-trivial
+        # advantage, eta^2 two residuals, rho is clipped to [1, w_max].
+        for key, low in (("min_anchor_groups", 0), ("min_pairs", 1), ("refit_every", 1), ("eta_window", 2),
+                         ("w_max", 1.0), ("groups_per_step", 1), ("group_size", 2)):
+            check_range(f"{prefix}.{key}", getattr(self, key), low)
         if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1:
             raise ConfigError(
                 f"{prefix}.min_anchor_groups={self.min_anchor_groups} is not allowed with "

@@ -72,6 +72,16 @@ class Submission:
     task_id: str
     code: str
 
+    @classmethod
+    def at(cls, step: int, group: int, trajectory: int, turn: int | None, task_id: str, code: str) -> Submission:
+        """The submission at these coordinates of the run, its key derived (:class:`SubmissionId`)."""
+        return cls(SubmissionId(step, group, trajectory, turn).key, task_id, code)
+
+    @property
+    def id(self) -> SubmissionId:
+        """Its coordinates, read back from the key (ValueError for a key no trainer writes)."""
+        return SubmissionId.parse(self.key)
+
 
 @dataclass
 class Feedback:

@@ -7,7 +7,8 @@ written against the protocols of :mod:`wmrl.rollout`: a :class:`~wmrl.rollout.Po
 group of n trajectories per task, group g talking to ``envs[g]`` every turn (the *executed*
 environment for anchor groups G_E, the *world-model* environment for the others G_WM); a
 :class:`~wmrl.rollout.Learner` takes per-trajectory advantages and per-group weights. The synthetic
-simulator, the anchored end-to-end run and the LLM trainer (``wmrl/trainers/``) are implementations.
+simulator (``wmrl/simulate/``), the anchored end-to-end run and the LLM trainer (``wmrl/trainers/``) are
+implementations; each runs the step inside the one loop shell, :class:`wmrl.loop.LoopShell`.
 
 Infrastructure failures (a trajectory whose score is ``None``: the workers gave up on an execution, a
 world-model call failed past its retries) follow one rule: **the group is dropped from training that
@@ -49,7 +50,6 @@ from wmrl.rollout import (
     Learner,
     Policy,
     Submission,
-    SubmissionId,
     Trajectory,
 )
 
@@ -135,7 +135,7 @@ def wmrl_step(
     RNG draws, in this order (bit-identical runs): roles, tasks, then whatever the policy and the
     environments draw.
     """
-    # ``alg`` was validated once, at load or by the trainer, for its own variant (the trainers pass
+    # ``alg`` was validated once, at load or by the trainer, for its own variant (the loop shell passes
     # variant = get_variant(alg.variant)). Another variant here would escape that check (min_anchor_groups
     # >= 1 when it draws anchors, paper §3.3): a ConfigError naming the key, before anything runs.
     if variant.name != alg.variant:
@@ -238,7 +238,7 @@ def _score_anchor_pairs(
             if t.final_code is None:
                 t.r_hat, r_hat[gi, t.index] = 0.0, 0.0
             else:
-                todo.append((int(gi), t, Submission(SubmissionId(step, int(gi), t.index, None).key, t.task_id, t.final_code)))
+                todo.append((int(gi), t, Submission.at(step, int(gi), t.index, None, t.task_id, t.final_code)))
     if not todo:
         return 0
     feedbacks = world_model_env.evaluate([sub for _, _, sub in todo])

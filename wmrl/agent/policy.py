@@ -32,16 +32,7 @@ from wmrl.agent.config import AgentConfig
 from wmrl.agent.parse import ParsedReply, parse_feedback, parse_reply
 from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
 from wmrl.generation.base import Generator, SamplingParams
-from wmrl.rollout import (
-    EXECUTED,
-    Environment,
-    Feedback,
-    Groups,
-    Submission,
-    SubmissionId,
-    Trajectory,
-    Turn,
-)
+from wmrl.rollout import EXECUTED, Environment, Feedback, Groups, Submission, Trajectory, Turn
 
 NO_SCORE_TEXT = "The environment could not evaluate this attempt (infrastructure failure); it is not counted.\n"
 
@@ -121,7 +112,7 @@ class AgentPolicy:
                 key = f"{step}/{t.group}/{t.index}/{turn}"
                 t.turns[-1].feedback = Feedback(key, parse_feedback(reply), 0.0, False, "no_code")
                 continue
-            sub = Submission(SubmissionId(step, t.group, t.index, turn).key, t.task_id, reply.code)
+            sub = Submission.at(step, t.group, t.index, turn, t.task_id, reply.code)
             batches[id(envs[t.group])].append((t, sub))
         env_of = {id(envs[t.group]): envs[t.group] for t in active}
 

@@ -98,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
     run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group)
     print(f"run dir:  {run_dir.path}")
+    if cfg.trainer == "llm":  # the trainer only reads the pin: resolve it (build it if needed) before it starts
+        from wmrl.sft.pipeline import pinned_initial_policy
+
+        pinned_initial_policy(cfg, run_dir.path)
     if args.no_submit:
         _print_sbatch_commands(cfg, run_dir)
         return 0

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.rollout import EXECUTED, Feedback, Submission, SubmissionId
+from wmrl.rollout import EXECUTED, Feedback, Submission
 
 NO_RESULT = "The execution infrastructure gave up on this attempt; it is not counted."
 
@@ -49,7 +49,7 @@ class ExecutedEnvironment:
         return [to_feedback(s.key, done.get(r.request_id)) for s, r in zip(submissions, requests, strict=True)]
 
     def request(self, sub: Submission) -> ExecutionRequest:
-        at = SubmissionId.parse(sub.key)
+        at = sub.id
         if at.turn is None:  # an anchor pair is the world model's score of an executed solution
             raise ValueError(f"submission key {sub.key!r}: an execution is one turn; 'step/group/trajectory/turn' "
                              "needs an integer turn")

@@ -48,28 +48,42 @@ def initial_policy_path(cfg: SFTRunConfig, progress: bool = True, log: Any = pri
 INITIAL_POLICY = "initial_policy.json"
 
 
-def pinned_initial_policy(cfg: SFTRunConfig, run_dir: Path, log: Any = print) -> Path:
-    """The run's initial policy (the learner's start, the KL reference and, by default, the world model),
-    chosen at the run's first start and pinned in ``RUN_DIR/initial_policy.json``.
-
-    A resumed run reads the pin instead of resolving the config again: a newer wmrl whose SFT recipe
-    changed, or a rebuilt cache, would otherwise give it another reference and world model mid-run.
-    """
-    from wmrl.io import atomic_write_json, read_json
+def read_pinned_initial_policy(run_dir: Path, log: Any = print) -> Path | None:
+    """The initial policy pinned in ``RUN_DIR/initial_policy.json`` (None: not pinned yet), checked: still
+    there, and not rebuilt with other content since."""
+    from wmrl.io import read_json
     from wmrl.models.cache import built_hash
 
     pin = Path(run_dir) / INITIAL_POLICY
-    if pin.is_file():
-        record = read_json(pin)
-        path = Path(record["path"])
-        if not (path / "config.json").is_file():
-            raise RuntimeError(f"the run's initial policy {path} (pinned in {pin}) is gone; restore it, "
-                               "or start a new run")
-        if record.get("build_hash") and built_hash(path) != record["build_hash"]:
-            raise RuntimeError(f"the run's initial policy {path} (pinned in {pin}) was rebuilt with other "
-                               f"content ({built_hash(path)} != {record['build_hash']}); start a new run")
-        log(f"initial policy: {path} (pinned at the run's first start)")
-        return path
+    if not pin.is_file():
+        return None
+    record = read_json(pin)
+    path = Path(record["path"])
+    if not (path / "config.json").is_file():
+        raise RuntimeError(f"the run's initial policy {path} (pinned in {pin}) is gone; restore it, "
+                           "or start a new run")
+    if record.get("build_hash") and built_hash(path) != record["build_hash"]:
+        raise RuntimeError(f"the run's initial policy {path} (pinned in {pin}) was rebuilt with other "
+                           f"content ({built_hash(path)} != {record['build_hash']}); start a new run")
+    log(f"initial policy: {path} (pinned at the run's first start)")
+    return path
+
+
+def pinned_initial_policy(cfg: SFTRunConfig, run_dir: Path, log: Any = print) -> Path:
+    """The run's initial policy (the learner's start, the KL reference and, by default, the world model),
+    chosen at the run's first launch and pinned in ``RUN_DIR/initial_policy.json``.
+
+    A relaunched run reads the pin instead of resolving the config again: a newer wmrl whose SFT recipe
+    changed, or a rebuilt cache, would otherwise give it another reference and world model mid-run.
+    ``wmrl launch`` (and so ``wmrl train``) calls this before the trainer starts; the trainer only reads
+    the pin (:func:`read_pinned_initial_policy`).
+    """
+    from wmrl.io import atomic_write_json
+    from wmrl.models.cache import built_hash
+
+    pinned = read_pinned_initial_policy(run_dir, log)
+    if pinned is not None:
+        return pinned
     path = initial_policy_path(cfg, progress=False, log=log)
-    atomic_write_json(pin, {"path": str(path), "build_hash": built_hash(path)})
+    atomic_write_json(Path(run_dir) / INITIAL_POLICY, {"path": str(path), "build_hash": built_hash(path)})
     return path

@@ -19,13 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME
-from wmrl.calibration.pool import LOG_NAME
+from wmrl.loop import LoopShell
+from wmrl.simulate.benchmark import Benchmark, make_benchmark
 from wmrl.simulate.config import SimulatorConfig, TestbedRunConfig
 from wmrl.simulate.cost import CostMeter
-from wmrl.simulate.environment import Environment as Benchmark
-from wmrl.simulate.environment import make_environment
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.softmax import (
     SoftmaxAgent,
@@ -36,7 +33,6 @@ from wmrl.simulate.softmax import (
     synthetic_solutions,
 )
 from wmrl.simulate.world_model import SyntheticWorldModel
-from wmrl.step import calibrator_for, wmrl_step, world_model_scores
 
 COST_SOURCE = "modelled"  # GPU-hours from simulator.cost, not measured
 MAP_GRID = np.linspace(0.0, 1.0, 101)
@@ -97,11 +93,9 @@ def audit_warned(audit: dict[str, Any] | None) -> bool:
 
 def pool_directory(pool_root: Path, variant: str, seed: int) -> Path:
     """Where a run's calibration state (the anchor-pair log ``pairs.jsonl``, ``calibrator.json``,
-    ``audit.json``) is kept: ``POOL_ROOT/VARIANT-seedSEED``. Files of an earlier run there are replaced."""
-    directory = Path(pool_root) / f"{variant}-seed{seed}"
-    for name in (LOG_NAME, STATE_NAME, AUDIT_NAME):  # only what a Calibrator writes
-        (directory / name).unlink(missing_ok=True)
-    return directory
+    ``audit.json``) is kept: ``POOL_ROOT/VARIANT-seedSEED``. Files of an earlier run there are replaced
+    (:func:`wmrl.loop.clear_calibration`)."""
+    return Path(pool_root) / f"{variant}-seed{seed}"
 
 
 @dataclass
@@ -119,7 +113,7 @@ class SimulatedParts:
 
 
 def simulated_parts(sim: SimulatorConfig, seed: int, rng: np.random.Generator) -> SimulatedParts:
-    bench = make_environment(sim, seed)
+    bench = make_benchmark(sim, seed)
     task_ids = [str(t) for t in range(bench.n_tasks)]
     index = {t: i for i, t in enumerate(task_ids)}
     policy = SoftmaxPolicy(bench.n_tasks, bench.n_candidates)
@@ -134,10 +128,10 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
     started, cpu_started = time.perf_counter(), time.process_time()
     sim, alg = cfg.simulator, dataclasses.replace(cfg.algorithm, variant=variant_name, seed=seed)
     alg.validate()  # the config was validated for its own variant; a sweep runs others (once, not per step)
-    variant = get_variant(alg.variant)
     directory = None if pool_root is None else pool_directory(pool_root, variant_name, seed)
     # nobody resumes a simulate run: its pool log is written for people to read, without an fsync per step
-    calibrator = calibrator_for(variant, alg, directory, durable=False)
+    shell = LoopShell(alg, directory, durable=False)
+    variant, calibrator = shell.variant, shell.calibrator
     rng = np.random.default_rng(seed)
     parts = simulated_parts(sim, seed, rng)
     bench, policy, wm = parts.bench, parts.policy, parts.world_model
@@ -148,23 +142,12 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
         target_step=None, target_executions=None, target_gpu_hours=None,
         history={key: [] for key in HISTORY_KEYS},
     )
-    # The audit runs when the calibrator says it is due (after warm-up, every refit_every new pairs: at
-    # every refit when debiasing), as in the coordinator; its persistence rule needs the whole sequence.
-    last_audit, warned = None, []
     for step in range(sim.steps):
         wm.step = step
-        done = wmrl_step(
-            step, variant=variant, alg=alg, task_pool=parts.task_ids, policy=parts.agent,
-            executed_env=parts.execution, world_model_env=wm if world_model_scores(variant) else None,
-            learner=parts.learner,
-            calibrator=calibrator, rng=rng,
-        )
+        done, _ = shell.step(step, task_pool=parts.task_ids, policy=parts.agent, executed_env=parts.execution,
+                             world_model_env=wm, learner=parts.learner, rng=rng)
         meter.charge(executions=done.executions, wm_calls=done.wm_calls,
                      trajectories=done.executed.size * alg.group_size, updates=1)
-        if calibrator is not None and calibrator.audit_due:
-            last_audit = calibrator.audit()
-            warned += [c for c in last_audit.streaks if c in last_audit.flags
-                       and last_audit.streaks[c] >= last_audit.thresholds.persist and c not in warned]
         score = bench.score(policy.probs())
         if result.target_step is None and score >= sim.target_score:
             result.target_step, result.target_executions = step + 1, meter.executions
@@ -182,8 +165,8 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
     result.executions, result.wm_calls, result.gpu_hours = meter.executions, meter.wm_calls, meter.gpu_hours
     result.phase_seconds = meter.phase_seconds()
     if calibrator is not None:
-        if last_audit is not None:
-            result.audit = {**_audit_summary(last_audit), "warned_during_run": warned}
+        if shell.last_audit is not None:  # the audit's persistence rule needs the whole sequence
+            result.audit = {**_audit_summary(shell.last_audit), "warned_during_run": shell.warned}
         if calibrator.directory is not None:
             calibrator.save()
         if variant.debias:

@@ -24,11 +24,10 @@ from wmrl.rollout import (
     Feedback,
     Groups,
     Submission,
-    SubmissionId,
     Trajectory,
     Turn,
 )
-from wmrl.simulate.environment import Environment as Benchmark
+from wmrl.simulate.benchmark import Benchmark
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.world_model import SyntheticWorldModel
 
@@ -73,7 +72,7 @@ class SoftmaxAgent:
         batches: dict[int, list[tuple[Trajectory, Submission]]] = {}
         for g, group in enumerate(groups):
             for t in group:
-                sub = Submission(SubmissionId(step, g, t.index, 0).key, t.task_id, codes[g][t.index])
+                sub = Submission.at(step, g, t.index, 0, t.task_id, codes[g][t.index])
                 t.turns.append(Turn([], [], [], "", sub.code, None, seconds=per_trajectory))
                 t.seconds["generation"] = per_trajectory
                 batches.setdefault(id(envs[g]), []).append((t, sub))
@@ -137,7 +136,7 @@ class SyntheticWorldModelEnv:
         started = time.perf_counter()
         groups: dict[int, list[int]] = {}
         for i, sub in enumerate(submissions):
-            groups.setdefault(SubmissionId.parse(sub.key).group, []).append(i)
+            groups.setdefault(sub.id.group, []).append(i)
         r_hat = np.empty(len(submissions))
         rows = list(groups.values())
         true = [[self.truth(submissions[i]) for i in members] for members in rows]

@@ -1,6 +1,6 @@
 """Trainers: what the coordinator runs, chosen by the config key ``trainer``.
 
-Every trainer runs the one WMRL step (``wmrl/step.py``) inside the one loop shell (``loop.py``) with
+Every trainer runs the one WMRL step (``wmrl/step.py``) inside the one loop shell (``wmrl/loop.py``) with
 its own Policy, Environments and Learner. The names are registered in ``wmrl/orchestration/registry.py``
 (by import path: the coordinator below never imports a trainer).
 """

@@ -22,24 +22,23 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import STATE_NAME
+from wmrl.calibration.calibrator import STATE_NAME, Calibrator
 from wmrl.config import WMRLConfig
+from wmrl.loop import LoopShell
 from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
 from wmrl.rollout import Submission
 from wmrl.simulate.policy import SoftmaxPolicy
-from wmrl.simulate.world_model import SyntheticWorldModel
-from wmrl.step import StepResult, calibrator_for, wmrl_step, world_model_scores
-from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
 from wmrl.simulate.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
+from wmrl.simulate.world_model import SyntheticWorldModel
+from wmrl.step import StepResult
+from wmrl.trainers.common import RunTotals, write_run_plots
 
 COST_SOURCE = "measured"  # seconds recorded by the workers, the world model, the policy and the learner
 @dataclass(frozen=True)
@@ -89,7 +88,6 @@ class AnchoredSimTrainer:
                  table: CandidateTable | None = None) -> None:
         self.cfg, self.run_dir, self.runner = cfg, run, runner
         self.table = table or load_candidates(cfg)
-        self.variant = get_variant(cfg.algorithm.variant)
         self.total_steps = cfg.simulator.steps
         self.step = 0
         self.rng = np.random.default_rng(cfg.algorithm.seed)
@@ -110,30 +108,23 @@ class AnchoredSimTrainer:
 
         self.world_model = SyntheticWorldModelEnv(SyntheticWorldModel(cfg.simulator), truth, self.rng, index)
         self.totals = RunTotals()
-        self.last_refit_step: int | None = None
-        self.cal_dir = run.path / "calibration"
-        if not resume:
-            shutil.rmtree(self.cal_dir, ignore_errors=True)  # partial state of a run never checkpointed
-        self.calibrator = calibrator_for(self.variant, cfg.algorithm, self.cal_dir, resume=resume)
+        self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
+        self.cal_dir = self.shell.directory
+
+    @property
+    def calibrator(self) -> Calibrator | None:
+        return self.shell.calibrator
 
     # ------------------------------------------------------------------ one step
     def run_step(self) -> dict[str, float]:
         self.world_model.step = self.step
-        done = wmrl_step(
-            self.step, variant=self.variant, alg=self.cfg.algorithm, task_pool=self.table.task_ids,
-            policy=self.agent, executed_env=self.executed_env,
-            world_model_env=self.world_model if world_model_scores(self.variant) else None,
-            learner=self.learner, calibrator=self.calibrator, rng=self.rng,
+        done, report = self.shell.step(
+            self.step, task_pool=self.table.task_ids, policy=self.agent, executed_env=self.executed_env,
+            world_model_env=self.world_model, learner=self.learner, rng=self.rng,
         )
         self.totals.charge(done)
         audit = {}
-        if done.refitted:
-            self.last_refit_step = self.step
-        if self.calibrator is not None and self.calibrator.audit_due:
-            # Assumption 6 (monotone, stationary bias) is checked every refit_every new pairs (at each
-            # refit when debiasing; denoise_only too); the report lands in calibration/audit.json, the
-            # log, `wmrl status` and MLflow.
-            report = self.calibrator.audit()
+        if report is not None:
             audit = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,
                      "audit_stationarity_gap": report.stationarity_gap}
         self.step += 1
@@ -166,7 +157,7 @@ class AnchoredSimTrainer:
             "logits": self.policy.logits.copy(),
             "rng": self.rng.bit_generator.state,
             "totals": self.totals.to_dict(),
-            "last_refit_step": self.last_refit_step,
+            "last_refit_step": self.shell.last_refit_step,
             "task_ids": list(self.table.task_ids),
         }
 
@@ -177,7 +168,7 @@ class AnchoredSimTrainer:
         self.policy.logits[...] = np.array(state["logits"], dtype=np.float64)  # shared with agent and learner
         self.rng.bit_generator.state = state["rng"]
         self.totals = RunTotals.from_dict(state["totals"])
-        self.last_refit_step = state["last_refit_step"]
+        self.shell.last_refit_step = state["last_refit_step"]
 
     def state_digest(self) -> str:
         """sha256 of the policy, RNG, counters, and the calibration state as it would be saved now
@@ -196,14 +187,10 @@ class AnchoredSimTrainer:
         return h.hexdigest()
 
     def snapshot_dirs(self) -> dict[str, Path]:
-        if self.calibrator is None:
-            return {}
-        self.calibrator.save()  # record_chased() updates the audit's coverage data without saving
-        return {"calibration": self.cal_dir}
+        return self.shell.snapshot_dirs()
 
     def progress(self) -> dict[str, Any]:
-        return {**calibration_progress(self.calibrator, self.cal_dir), "last_refit_step": self.last_refit_step,
-                "cost_source": COST_SOURCE, **self.totals.progress()}
+        return {**self.shell.progress(), "cost_source": COST_SOURCE, **self.totals.progress()}
 
     def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]:
         """calibration.png (anchor pairs and f_hat) and curves.png (score, rho, eta2 per step)."""

@@ -1,4 +1,5 @@
-"""What every coordinator-driven trainer keeps besides its step: measured totals, progress, plots."""
+"""What every coordinator-driven trainer keeps besides its step and the loop shell (``wmrl/loop.py``):
+measured totals and plots."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.calibration.calibrator import Calibrator, read_audit
+from wmrl.calibration.calibrator import Calibrator
 from wmrl.step import PHASES, StepResult
 
 
@@ -61,23 +62,6 @@ class RunTotals:
     def from_dict(cls, data: Mapping[str, Any]) -> RunTotals:
         return cls(int(data["executions"]), int(data["failed_executions"]), int(data["wm_calls"]),
                    dict(data["seconds"]), dict(data["tokens"]))
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and np.isfinite(value) else None
-
-
-def calibration_progress(calibrator: Calibrator | None, cal_dir: Path) -> dict[str, Any]:
-    """rho, pairs, refits, eta2 and the latest Assumption-6 audit, for ``progress.json`` / ``wmrl status``."""
-    snap = calibrator.snapshot() if calibrator is not None else {}
-    audit = read_audit(cal_dir)
-    return {
-        "rho": _finite(snap.get("rho")), "n_pairs": _finite(snap.get("n_pairs")),
-        "n_refits": _finite(snap.get("n_refits")), "eta2": _finite(snap.get("eta2")),
-        "audit_ok": None if audit is None else audit["ok"],
-        "audit_warnings": [] if audit is None else audit["warnings"],
-        "audit_skipped": [] if audit is None else audit["skipped"],
-    }
 
 
 def write_run_plots(cfg: Any, calibrator: Calibrator | None, directory: Path, metrics: list[dict[str, Any]],

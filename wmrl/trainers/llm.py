@@ -27,21 +27,20 @@ import hashlib
 import json
 import logging
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from wmrl.algorithm import get_variant
-from wmrl.calibration.calibrator import STATE_NAME, Calibrator
+from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import WMRLConfig
-from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.evaluation import EvalReport, evaluate
+from wmrl.loop import LoopShell
+from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
-from wmrl.step import PHASES, StepResult, calibrator_for, wmrl_step, world_model_scores
-from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
+from wmrl.step import PHASES, StepResult
+from wmrl.trainers.common import RunTotals, write_run_plots
 
 log = logging.getLogger(__name__)
 COST_SOURCE = "measured"
@@ -63,7 +62,7 @@ class LLMTrainer:
         from wmrl.generation.factory import build_generator
         from wmrl.learner.grpo import GRPOLearner
         from wmrl.sft.data import run_context
-        from wmrl.sft.pipeline import pinned_initial_policy
+        from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
         from wmrl.tasks.overview import task_overview
         from wmrl.tasks.pool import load_pool, resolve_pool_root
         from wmrl.world_model.env import TaskCase, WorldModelEnvironment
@@ -71,14 +70,17 @@ class LLMTrainer:
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.cfg, self.run_dir, self.runner = cfg, run, runner
-        self.variant = get_variant(cfg.algorithm.variant)
         self.total_steps = cfg.train.steps
         self.step = 0
         self.rng = np.random.default_rng(cfg.algorithm.seed)
         torch.manual_seed(cfg.algorithm.seed)
-        # The initial policy: model.path, or the tiny default after SFT (built and cached on first use);
-        # fixed at the run's first start, so a resume never swaps the reference or the world model.
-        self.model_path = pinned_initial_policy(cfg, run.path, log=log.info)
+        # The initial policy (model.path, or the tiny default after SFT), resolved and pinned by `wmrl
+        # launch` before this trainer starts: a resume never swaps the reference or the world model.
+        pinned = read_pinned_initial_policy(run.path, log=log.info)
+        if pinned is None:
+            raise RuntimeError(f"no initial policy pinned in {run.path / INITIAL_POLICY}: start the run with "
+                               "`wmrl launch` or `wmrl train`, which resolve it (building it if needed) first")
+        self.model_path = pinned
         root = resolve_pool_root(cfg.tasks.root)
         competitions = Path(cfg.tasks.competitions_dir) if cfg.tasks.competitions_dir else None
         every = load_pool(root, "all", competitions)
@@ -93,21 +95,22 @@ class LLMTrainer:
         self.generator = build_generator(self.model_path, cfg.generation, cfg.model.dtype)
         self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
         self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
+        self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
+        self.cal_dir = self.shell.directory
         self.world_model = None
-        if world_model_scores(self.variant):
+        if self.shell.calls_world_model:
             cases = {t.task_id: TaskCase.from_task(t) for t in every}
             self.world_model = WorldModelEnvironment(self._world_model_backend(), cases, cfg.world_model,
                                                      runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus)
-        self.cal_dir = run.path / "calibration"
-        if not resume:
-            shutil.rmtree(self.cal_dir, ignore_errors=True)  # partial state of a run never checkpointed
-        self.calibrator = calibrator_for(self.variant, cfg.algorithm, self.cal_dir, resume=resume)
         self.totals = RunTotals()
-        self.last_refit_step: int | None = None
         self.last_eval: dict[str, float] = {}
         self._saved: dict[str, Any] = {}
         if not resume:
             self._save_learner()  # step 0: what a run that never finished a step resumes from
+
+    @property
+    def calibrator(self) -> Calibrator | None:
+        return self.shell.calibrator
 
     def _world_model_backend(self) -> Any:
         """The frozen initial policy in this process (a second copy, never synced), or an endpoint."""
@@ -131,11 +134,10 @@ class LLMTrainer:
             started = time.perf_counter()
             metrics.update(self.evaluate_now("before"))
             eval_seconds += time.perf_counter() - started
-        done = wmrl_step(
-            self.step, variant=self.variant, alg=self.cfg.algorithm,
-            task_pool=[t.task_id for t in self.train_tasks], policy=self.policy,
+        done, report = self.shell.step(
+            self.step, task_pool=[t.task_id for t in self.train_tasks], policy=self.policy,
             executed_env=self.executed_env, world_model_env=self.world_model, learner=self.learner,
-            calibrator=self.calibrator, rng=self.rng,
+            rng=self.rng,
         )
         started = time.perf_counter()
         if done.updated:  # serve the new weights in place (weight sync, never a reload from disk)
@@ -147,12 +149,7 @@ class LLMTrainer:
                         "weights": done.weights.tolist(), "rho": done.rho})
         io_seconds = time.perf_counter() - started
         self.totals.charge(done, {"weight_sync": sync_seconds, "io": io_seconds})
-        audit = {}
-        if done.refitted:
-            self.last_refit_step = self.step
-        if self.calibrator is not None and self.calibrator.audit_due:
-            report = self.calibrator.audit()  # Assumption 6, every refit_every new pairs (each refit)
-            audit = {"audit_ok": float(report.ok)}
+        audit = {} if report is None else {"audit_ok": float(report.ok)}
         self.step += 1
         metrics.update(self._metrics(done, sync_seconds, io_seconds))
         metrics.update(audit)
@@ -226,7 +223,7 @@ class LLMTrainer:
         self._saved = {
             "step": self.step, "learner_checkpoint": str(path.relative_to(self.run_dir.path)),
             "rng": self.rng.bit_generator.state, "totals": self.totals.to_dict(),
-            "last_refit_step": self.last_refit_step, "last_eval": dict(self.last_eval),
+            "last_refit_step": self.shell.last_refit_step, "last_eval": dict(self.last_eval),
             "task_ids": [t.task_id for t in self.train_tasks],
             # cumulative world-model counters (JSON fallbacks, pre-check settles, calls): a resumed run
             # continues them instead of counting from 0
@@ -245,16 +242,11 @@ class LLMTrainer:
         self.generator.update_weights(self.learner.named_parameters())
         self.rng.bit_generator.state = state["rng"]
         self.totals = RunTotals.from_dict(state["totals"])
-        self.last_refit_step = state["last_refit_step"]
+        self.shell.last_refit_step = state["last_refit_step"]
         self.last_eval = dict(state["last_eval"])
         if self.world_model is not None:
             self.world_model.load_state_dict(state.get("world_model_counts", {}))  # absent before 2026-12
-        if self.calibrator is not None:  # back to the end of the checkpointed step (later records cut)
-            if self.step > 0 and (self.cal_dir / STATE_NAME).exists():
-                self.calibrator = Calibrator.load(self.cfg.algorithm, self.cal_dir, step=self.step - 1)
-            else:
-                shutil.rmtree(self.cal_dir, ignore_errors=True)
-                self.calibrator = calibrator_for(self.variant, self.cfg.algorithm, self.cal_dir)
+        self.shell.rewind(self.step)  # the calibrator back to the end of the checkpointed step
         self._saved = dict(state)
 
     def state_digest(self) -> str:
@@ -269,14 +261,11 @@ class LLMTrainer:
         return h.hexdigest()
 
     def snapshot_dirs(self) -> dict[str, Path]:
-        if self.calibrator is None:
-            return {}
-        self.calibrator.save()
-        return {"calibration": self.cal_dir}
+        return self.shell.snapshot_dirs()
 
     def progress(self) -> dict[str, Any]:
-        return {**calibration_progress(self.calibrator, self.cal_dir), "last_refit_step": self.last_refit_step,
-                "cost_source": COST_SOURCE, **self.totals.progress(), "last_eval": self.last_eval}
+        return {**self.shell.progress(), "cost_source": COST_SOURCE, **self.totals.progress(),
+                "last_eval": self.last_eval}
 
     def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]:
         curves = {"anchor true score": "anchor_true_mean", "world-model r_hat": "wm_r_hat_mean",

@@ -1,0 +1,107 @@
+"""The shell every trainer runs around :func:`wmrl.step.wmrl_step`, the same for all three.
+
+What is the same whatever the parts (the testbed's softmax policy, the anchored run's real solutions,
+the LLM agent): the variant, derived once from the algorithm's config; the calibrator, set up fresh
+(its files of an earlier attempt removed) or resumed from its directory, and rewound to a learner
+checkpoint; the world model called only by variants that train on it; after each step the refit and
+the Assumption-6 audit bookkeeping (the last refit's step, the last audit, the checks whose warning
+persisted); the calibration directory the coordinator snapshots; the calibration part of the progress.
+A trainer keeps its parts, its own metrics and its own saved state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmrl.algorithm import AlgorithmConfig, get_variant
+from wmrl.calibration.audit import AuditReport
+from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME, Calibrator, read_audit
+from wmrl.calibration.pool import LOG_NAME
+from wmrl.rollout import Environment, Learner, Policy
+from wmrl.step import StepResult, calibrator_for, wmrl_step, world_model_scores
+
+
+def clear_calibration(directory: Path) -> None:
+    """Remove what a Calibrator writes in ``directory`` (the pair log, its snapshot, the audit), nothing
+    else: a fresh start must not find the state of an attempt that was never checkpointed."""
+    for name in (LOG_NAME, STATE_NAME, AUDIT_NAME):
+        (Path(directory) / name).unlink(missing_ok=True)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and np.isfinite(value) else None
+
+
+class LoopShell:
+    """``directory``: where the calibrator keeps its state (None: in memory only); ``resume``: reload it
+    from there, else start fresh; ``durable=False``: no fsync per step (a run nobody resumes)."""
+
+    def __init__(self, alg: AlgorithmConfig, directory: Path | None, *, resume: bool = False,
+                 durable: bool = True) -> None:
+        self.alg, self.variant = alg, get_variant(alg.variant)
+        self.directory = None if directory is None else Path(directory)
+        if self.directory is not None and not resume:
+            clear_calibration(self.directory)
+        self.calibrator = calibrator_for(self.variant, alg, self.directory, resume=resume, durable=durable)
+        self.last_refit_step: int | None = None
+        self.last_audit: AuditReport | None = None
+        self.warned: list[str] = []  # checks whose warning persisted (thresholds.persist audits in a row)
+
+    @property
+    def calls_world_model(self) -> bool:
+        return world_model_scores(self.variant)
+
+    def step(self, step: int, *, task_pool: Sequence[str], policy: Policy, executed_env: Environment | None,
+             world_model_env: Environment | None, learner: Learner,
+             rng: np.random.Generator) -> tuple[StepResult, AuditReport | None]:
+        """One :func:`~wmrl.step.wmrl_step`, then its bookkeeping; the audit when one fell due, else None."""
+        done = wmrl_step(
+            step, variant=self.variant, alg=self.alg, task_pool=task_pool, policy=policy,
+            executed_env=executed_env, world_model_env=world_model_env if self.calls_world_model else None,
+            learner=learner, calibrator=self.calibrator, rng=rng,
+        )
+        if done.refitted:
+            self.last_refit_step = step
+        audit = None
+        if self.calibrator is not None and self.calibrator.audit_due:
+            # Assumption 6 (monotone, stationary bias), every refit_every new pairs (each refit when
+            # debiasing); the report lands in calibration/audit.json, the log, `wmrl status` and MLflow.
+            audit = self.last_audit = self.calibrator.audit()
+            self.warned += [c for c in audit.streaks if c in audit.flags
+                            and audit.streaks[c] >= audit.thresholds.persist and c not in self.warned]
+        return done, audit
+
+    def rewind(self, step: int) -> None:
+        """The calibrator as of the end of step ``step - 1`` (a learner checkpoint's; later records are
+        cut), or a fresh one at step 0."""
+        if self.calibrator is None or self.directory is None:
+            return
+        if step > 0 and (self.directory / STATE_NAME).exists():
+            self.calibrator = Calibrator.load(self.alg, self.directory, step=step - 1)
+        else:
+            clear_calibration(self.directory)
+            self.calibrator = calibrator_for(self.variant, self.alg, self.directory)
+
+    def snapshot_dirs(self) -> dict[str, Path]:
+        """What the coordinator copies into a checkpoint: the calibration directory, saved now."""
+        if self.calibrator is None or self.directory is None:
+            return {}
+        self.calibrator.save()  # record_chased() updates the audit's coverage data without saving
+        return {"calibration": self.directory}
+
+    def progress(self) -> dict[str, Any]:
+        """rho, pairs, refits, eta2, the last refit and the latest audit: ``progress.json``, ``wmrl status``."""
+        snap = self.calibrator.snapshot() if self.calibrator is not None else {}
+        audit = read_audit(self.directory) if self.directory is not None else None
+        return {
+            "rho": _finite(snap.get("rho")), "n_pairs": _finite(snap.get("n_pairs")),
+            "n_refits": _finite(snap.get("n_refits")), "eta2": _finite(snap.get("eta2")),
+            "audit_ok": None if audit is None else audit["ok"],
+            "audit_warnings": [] if audit is None else audit["warnings"],
+            "audit_skipped": [] if audit is None else audit["skipped"],
+            "last_refit_step": self.last_refit_step,
+        }
