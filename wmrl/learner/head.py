@@ -27,9 +27,14 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in fp32, or in its own dtype if wider (float64 checks stay float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each target token and the full-vocabulary entropy at each position (fp32)."""
-    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    """Log-prob of each target token and the full-vocabulary entropy at each position (>= fp32)."""
+    logp_all = torch.log_softmax(at_least_fp32(logits), dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
@@ -72,7 +77,7 @@ def _chunks(n: int, size: int) -> list[slice]:
 def _policy_chunk(
     lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    logits = lm_head(hidden).float()  # fp32 before dividing: a bf16 division would round the logits
+    logits = at_least_fp32(lm_head(hidden))  # before dividing: a bf16 division would round the logits
     if temperature == 1.0:
         logp, entropy = token_log_probs(logits, targets)
         return logp, entropy, logp.detach()
@@ -107,8 +112,8 @@ def reference_log_probs(
     chunk_tokens: int,
 ) -> torch.Tensor:
     """Tempered log-probs of ``targets`` ``(N,)`` under a frozen model: no entropy, no graph."""
-    out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
+    out = torch.empty(len(targets), dtype=torch.promote_types(hidden.dtype, torch.float32), device=hidden.device)
     for s in _chunks(len(targets), chunk_tokens):
-        logits = lm_head(hidden[s]).float() / temperature
+        logits = at_least_fp32(lm_head(hidden[s])) / temperature
         out[s] = torch.log_softmax(logits, dim=-1).gather(-1, targets[s, None])[:, 0]
     return out
