@@ -17,6 +17,9 @@ and calibrated scores on world-model groups) and the per-group weights ``w_k`` o
 
 The fused gradient of Eq. 5, ``(rho g_E + g_WM)/(rho|G_E|+|G_WM|)``, is then exactly ``grad L`` with
 ``g_k = -grad L_k``: the weights reach the gradient through the per-trajectory loss coefficients.
+The coefficients and the per-token terms are pure functions (``wmrl/learner/loss.py``); the log-probs
+and entropies come from the LM head run over the generated positions only, in chunks
+(``wmrl/learner/head.py``).
 
 Every step is on-policy (one update per batch of rollouts), so the importance ratio
 ``pi / pi_sampler`` is 1 up to sampler/learner numerics; it is computed against the sampler's
