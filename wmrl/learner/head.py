@@ -10,7 +10,8 @@ runs over them ``chunk_tokens`` rows at a time:
   live only while that chunk is computed, in the forward and again when backward recomputes it: peak
   memory grows with ``chunk_tokens x V``, not with the sequence. Non-reentrant, the recompute is part
   of the one backward pass, so a weight used by several chunks (and the tied embedding) receives one
-  accumulated gradient, as ZeRO's per-parameter gradient hooks require;
+  accumulated gradient, as ZeRO's per-parameter gradient hooks require. Within a chunk, the gradient
+  of log-prob and entropy w.r.t. the logits is computed in place (``_TokenLogProbs``);
 - the **reference** chunk runs under ``no_grad`` and returns log-probs only.
 
 The head is called as a module (``lm_head(hidden)``), never through its ``weight``: under ZeRO-3 the
@@ -74,17 +75,56 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+class _TokenLogProbs(torch.autograd.Function):
+    """``(log pi_T(target), H(pi_T), log pi(target))`` per row of raw ``logits``, ``pi_T = softmax(z / T)``.
+
+    Forward and backward each hold the logits and two ``rows x vocab`` fp32 buffers (the log-softmax,
+    turned into the gradient in place, and the probabilities), where autograd's would keep the
+    log-softmax, its exp, their product and a gradient for each (about twice as much); the gradient:
+    ``d log pi_T(t) / dz = (onehot_t - pi_T) / T`` and ``d H / dz = -pi_T (log pi_T + H) / T``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> Any:
+        z = at_least_fp32(logits)  # before dividing: a bf16 division would round the logits
+        raw = None
+        if temperature != 1.0:
+            raw = torch.log_softmax(z, dim=-1).gather(-1, targets[:, None])[:, 0]
+            z = z / temperature
+        # token_log_probs, with the entropy's product in place (no graph here): one buffer fewer.
+        logp_all = torch.log_softmax(z, dim=-1)
+        del z
+        logp = logp_all.gather(-1, targets[:, None])[:, 0]
+        entropy = -logp_all.exp().mul_(logp_all).sum(-1)
+        del logp_all
+        raw = logp.clone() if raw is None else raw
+        ctx.save_for_backward(logits, targets, entropy)
+        ctx.temperature = temperature
+        ctx.mark_non_differentiable(raw)
+        return logp, entropy, raw
+
+    @staticmethod
+    def backward(ctx: Any, g_logp: torch.Tensor, g_entropy: torch.Tensor, _: Any) -> Any:
+        logits, targets, entropy = ctx.saved_tensors
+        z = at_least_fp32(logits)
+        if ctx.temperature != 1.0:
+            z = z / ctx.temperature
+        grad = torch.log_softmax(z, dim=-1)
+        del z
+        p = grad.exp()
+        grad.add_(entropy[:, None]).mul_(p).mul_(-g_entropy[:, None])  # the entropy's term
+        grad.sub_(p.mul_(g_logp[:, None]))  # the log-prob's term, without its one-hot part
+        del p
+        grad.scatter_add_(-1, targets[:, None], g_logp[:, None].to(grad.dtype))
+        if ctx.temperature != 1.0:
+            grad.div_(ctx.temperature)
+        return grad.to(logits.dtype), None, None
+
+
 def _policy_chunk(
     lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    logits = at_least_fp32(lm_head(hidden))  # before dividing: a bf16 division would round the logits
-    if temperature == 1.0:
-        logp, entropy = token_log_probs(logits, targets)
-        return logp, entropy, logp.detach()
-    logp, entropy = token_log_probs(logits / temperature, targets)
-    with torch.no_grad():
-        raw = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None])[:, 0]
-    return logp, entropy, raw
+    return _TokenLogProbs.apply(lm_head(hidden), targets, temperature)
 
 
 def policy_tokens(
