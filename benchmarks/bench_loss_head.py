@@ -36,7 +36,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
-FULL_BYTES_GUESS = 28.0  # bytes per token x vocab the full head is assumed to need, to skip what cannot fit
+# Bytes per (row x vocab) a case is assumed to need, to skip what cannot fit in this machine's memory.
+BYTES_GUESS = {"full": 28.0, "chunked": 16.0}
 
 
 def _rss_bytes() -> int:
@@ -109,7 +110,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--full-tokens", default="512,1024,2048,8192")
-    ap.add_argument("--chunked", default="2048:1024,8192:256,8192:1024,8192:4096,16384:1024",
+    ap.add_argument("--chunked", default="2048:1024,8192:1024,8192:4096",
                     help="tokens:chunk,...")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--case", help=argparse.SUPPRESS)
@@ -125,7 +126,7 @@ def main() -> None:
     rows = []
     for case in cases:
         rows_at_once = case["tokens"] if case["mode"] == "full" else min(case["chunk"], case["tokens"])
-        predicted = FULL_BYTES_GUESS * rows_at_once * args.vocab
+        predicted = BYTES_GUESS[case["mode"]] * rows_at_once * args.vocab
         available = _available_bytes()
         if predicted > 0.7 * available:
             rows.append({**case, "chunk": case["chunk"] or None, "vocab": args.vocab, "hidden": args.hidden,

@@ -1,10 +1,11 @@
 """The LM head of the loss: token log-probs and entropies at the generated positions, chunk by chunk.
 
 A full head materialises ``tokens x vocabulary`` logits in fp32 (and a log-softmax, its exp and their
-product for the entropy): about 26 bytes x V per token, 159 GB for a 24k-token trajectory at
-V = 248k. Here the model returns its final hidden states (``output_hidden_states=-1`` with no logits:
-``logits_to_keep`` is empty), the hidden states at the loss positions are gathered, and the LM head
-runs over them ``chunk_tokens`` rows at a time:
+product for the entropy): about 20 bytes x V per token in forward + backward (measured,
+results/bench_loss_head.md), 120 GB for a 24k-token trajectory at V = 248k. Here the model returns
+its final hidden states (``output_hidden_states=-1`` with no logits: ``logits_to_keep`` is empty),
+the hidden states at the loss positions are gathered, and the LM head runs over them
+``chunk_tokens`` rows at a time:
 
 - the **policy** chunk runs under ``torch.utils.checkpoint`` (non-reentrant), so a chunk's logits
   live only while that chunk is computed, in the forward and again when backward recomputes it: peak
