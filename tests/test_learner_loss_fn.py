@@ -123,3 +123,11 @@ def test_a_tensor_of_the_wrong_shape_is_named() -> None:
     t["advantages"] = t["advantages"][:, None]
     with pytest.raises(ValueError, match=r"advantages has shape \(6, 1\), logp has \(6,\)"):
         token_loss(**t, cfg=LearnerConfig())
+
+
+def test_a_loss_chunk_below_one_token_is_refused_at_load_time() -> None:
+    from wmrl.config import ConfigError, load_config
+
+    assert load_config().learner.loss_chunk_tokens == 4096
+    with pytest.raises(ConfigError, match=r"learner.loss_chunk_tokens=0 is out of range; allowed: \[1, inf\)"):
+        load_config(None, ["learner.loss_chunk_tokens=0"])
