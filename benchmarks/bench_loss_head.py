@@ -83,7 +83,8 @@ def run_case(mode: str, tokens: int, chunk: int, vocab: int, hidden: int, temper
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return {"mode": mode, "tokens": tokens, "chunk": chunk if mode == "chunked" else None, "vocab": vocab,
             "hidden": hidden, "seconds": seconds, "head_peak_bytes": peak - before,
-            "grad_finite": bool(torch.isfinite(grad).all() and torch.isfinite(lm_head.weight.grad).all())}
+            "grad_finite": bool(torch.isfinite(grad).all() and torch.isfinite(lm_head.weight.grad).all()),
+            "load_avg_1min": os.getloadavg()[0]}
 
 
 def _subprocess(case: dict[str, Any]) -> dict[str, Any]:
@@ -135,24 +136,27 @@ def main() -> None:
         else:
             rows.append(_subprocess({**case, **common}))
         print(json.dumps(rows[-1]), flush=True)
+        write_report(rows, args, sys.argv[1:])  # after every case: a long run that is stopped keeps its rows
 
+
+def write_report(rows: list[dict[str, Any]], args: argparse.Namespace, argv: list[str]) -> None:
     per_cell = _fit_per_cell(rows)
     for r in rows:
-        if r["mode"] == "full" and "skipped" in r and per_cell is not None:
-            r["extrapolated_head_peak_bytes"] = per_cell * r["tokens"] * r["vocab"]
-        if r["mode"] == "chunked":
+        if "skipped" in r:
+            if r["mode"] == "full" and per_cell is not None:
+                r["extrapolated_head_peak_bytes"] = per_cell * r["tokens"] * r["vocab"]
+        elif r["mode"] == "chunked":
             r["bytes_per_chunk_cell"] = r["head_peak_bytes"] / (r["chunk"] * r["vocab"])
     measured_full = {r["tokens"]: r for r in rows if r["mode"] == "full" and "skipped" not in r}
     time_ratios = [
         {"tokens": r["tokens"], "chunk": r["chunk"],
          "chunked_over_full": r["seconds"] / measured_full[r["tokens"]]["seconds"]}
-        for r in rows if r["mode"] == "chunked" and r["tokens"] in measured_full
+        for r in rows if r["mode"] == "chunked" and "skipped" not in r and r["tokens"] in measured_full
     ]
-    command = "nice -n 19 python benchmarks/bench_loss_head.py " + " ".join(sys.argv[1:])
+    command = "nice -n 19 python benchmarks/bench_loss_head.py " + " ".join(argv)
     report = {"rows": rows, "full_bytes_per_token_vocab": per_cell, "time_ratios": time_ratios,
               "temperature": args.temperature, "threads": args.threads, "host": platform.node(),
-              "cpus": os.cpu_count(), "torch_threads": args.threads, "load_avg_after": os.getloadavg(),
-              "command": command.strip()}
+              "cpus": os.cpu_count(), "load_avg_after": os.getloadavg(), "command": command.strip()}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench_loss_head.json").write_text(json.dumps(report, indent=1) + "\n")
     (RESULTS / "bench_loss_head.md").write_text(_markdown(report, args))
@@ -169,18 +173,19 @@ def _markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
         f"{args.threads} torch thread(s); load average after: "
         + ", ".join(f"{x:.1f}" for x in report["load_avg_after"]) + ".",
         "",
-        "| head | loss tokens | chunk | peak added (GiB) | bytes / (token or chunk row x vocab) | seconds |",
-        "|---|---|---|---|---|---|",
+        "| head | loss tokens | chunk | peak added (GiB) | bytes / (token or chunk row x vocab) | seconds "
+        "| load avg (1 min) at its end |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         cells = r["tokens"] * r["vocab"] if r["mode"] == "full" else (r["chunk"] or 0) * r["vocab"]
         if "skipped" in r:
             extra = r.get("extrapolated_head_peak_bytes")
             peak = f"not run ({r['skipped']}); linear fit: {extra / gib:.1f}" if extra else f"not run ({r['skipped']})"
-            lines.append(f"| {r['mode']} | {r['tokens']} | {r['chunk'] or '-'} | {peak} | - | - |")
+            lines.append(f"| {r['mode']} | {r['tokens']} | {r['chunk'] or '-'} | {peak} | - | - | - |")
             continue
         lines.append(f"| {r['mode']} | {r['tokens']} | {r['chunk'] or '-'} | {r['head_peak_bytes'] / gib:.2f} | "
-                     f"{r['head_peak_bytes'] / cells:.1f} | {r['seconds']:.1f} |")
+                     f"{r['head_peak_bytes'] / cells:.1f} | {r['seconds']:.1f} | {r.get('load_avg_1min', float('nan')):.1f} |")
     per_cell = report["full_bytes_per_token_vocab"]
     if per_cell:
         lines += ["", f"Full head: {per_cell:.1f} bytes per token x vocab (least-squares over the measured "
@@ -188,7 +193,8 @@ def _markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
                       "follows the chunk, not the number of loss tokens."]
     for t in report["time_ratios"]:
         lines.append(f"\nTime, chunked (chunk {t['chunk']}) / full at {t['tokens']} tokens: "
-                     f"{t['chunked_over_full']:.2f} (the chunk's logits are computed twice: forward and recompute).")
+                     f"{t['chunked_over_full']:.2f} (the chunk's logits are computed twice: forward and recompute; "
+                     "wall times on a shared machine, see the load column).")
     lines += ["", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
 
