@@ -162,6 +162,10 @@ def write_report(rows: list[dict[str, Any]], args: argparse.Namespace, argv: lis
     (RESULTS / "bench_loss_head.md").write_text(_markdown(report, args))
 
 
+def _load(row: dict[str, Any]) -> str:
+    return f"{row['load_avg_1min']:.1f}" if "load_avg_1min" in row else "-"
+
+
 def _markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
     gib = 2**30
     lines = [
@@ -185,12 +189,20 @@ def _markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
             lines.append(f"| {r['mode']} | {r['tokens']} | {r['chunk'] or '-'} | {peak} | - | - | - |")
             continue
         lines.append(f"| {r['mode']} | {r['tokens']} | {r['chunk'] or '-'} | {r['head_peak_bytes'] / gib:.2f} | "
-                     f"{r['head_peak_bytes'] / cells:.1f} | {r['seconds']:.1f} | {r.get('load_avg_1min', float('nan')):.1f} |")
+                     f"{r['head_peak_bytes'] / cells:.1f} | {r['seconds']:.1f} | {_load(r)} |")
     per_cell = report["full_bytes_per_token_vocab"]
     if per_cell:
         lines += ["", f"Full head: {per_cell:.1f} bytes per token x vocab (least-squares over the measured "
                       "lengths): the whole sequence's logits and their softmax live at once. Chunked: the peak "
                       "follows the chunk, not the number of loss tokens."]
+    for r in report["rows"]:
+        same = [c for c in report["rows"]
+                if c["mode"] == "chunked" and c["tokens"] == r["tokens"] and "skipped" not in c]
+        if r["mode"] == "full" and "extrapolated_head_peak_bytes" in r and same:
+            lines.append(f"\nAt {r['tokens']} loss tokens: full head "
+                         f"~{r['extrapolated_head_peak_bytes'] / gib:.1f} GiB (linear fit; more than this machine "
+                         "has), chunked "
+                         + ", ".join(f"{c['head_peak_bytes'] / gib:.2f} GiB (chunk {c['chunk']})" for c in same) + ".")
     for t in report["time_ratios"]:
         lines.append(f"\nTime, chunked (chunk {t['chunk']}) / full at {t['tokens']} tokens: "
                      f"{t['chunked_over_full']:.2f} (the chunk's logits are computed twice: forward and recompute; "
