@@ -11,7 +11,8 @@ from learner_support import make_groups
 
 from wmrl.config import ConfigError, load_config
 from wmrl.learner.batch import Row, collate, micro_batches, shard
-from wmrl.learner.grpo import loss_coefficients, token_log_probs
+from wmrl.learner.head import token_log_probs
+from wmrl.learner.loss import loss_coefficients
 
 
 def _lengths(groups):

@@ -41,8 +41,12 @@ class LearnerConfig:
     policy_loss: str = "on_policy"
     clip_eps: float = 0.2  # PPO clip range, policy_loss=ppo_clip only
     # The policy is the tempered softmax(logits / temperature) the sampler drew from: set it to the
-    # sampling temperature. (The importance ratio uses raw log-probs, as the generators report them.)
+    # sampling temperature. (The importance ratio's value uses raw log-probs, as the generators report
+    # them; its gradient is the tempered policy's.)
     temperature: float = 1.0
+    # Loss positions per chunk of the LM head (policy and reference): the head's peak memory grows
+    # with loss_chunk_tokens x vocabulary, not with the sequence (wmrl/learner/head.py).
+    loss_chunk_tokens: int = 4096
     # Trajectories per forward/backward on one rank; a step's groups are accumulated over micro-batches.
     micro_batch_size: int = 2
     zero_stage: int = 2
@@ -68,6 +72,7 @@ class LearnerConfig:
         check_choice(f"{prefix}.policy_loss", self.policy_loss, POLICY_LOSSES)
         check_range(f"{prefix}.clip_eps", self.clip_eps, 0.0, 1.0, low_open=True, high_open=True)
         check_range(f"{prefix}.temperature", self.temperature, 0.0, low_open=True)
+        check_range(f"{prefix}.loss_chunk_tokens", self.loss_chunk_tokens, 1)
         check_range(f"{prefix}.micro_batch_size", self.micro_batch_size, 1)
         check_choice(f"{prefix}.zero_stage", self.zero_stage, (0, 1, 2, 3))
         check_choice(f"{prefix}.precision", self.precision, PRECISIONS)

@@ -17,6 +17,9 @@ and calibrated scores on world-model groups) and the per-group weights ``w_k`` o
 
 The fused gradient of Eq. 5, ``(rho g_E + g_WM)/(rho|G_E|+|G_WM|)``, is then exactly ``grad L`` with
 ``g_k = -grad L_k``: the weights reach the gradient through the per-trajectory loss coefficients.
+The coefficients and the per-token terms are pure functions (``wmrl/learner/loss.py``); the log-probs
+and entropies come from the LM head run over the generated positions only, in chunks
+(``wmrl/learner/head.py``).
 
 Every step is on-policy (one update per batch of rollouts), so the importance ratio
 ``pi / pi_sampler`` is 1 up to sampler/learner numerics; it is computed against the sampler's
@@ -34,49 +37,13 @@ import numpy as np
 import torch
 
 from wmrl.learner import batch as batching
+from wmrl.learner import head
 from wmrl.learner.config import LearnerConfig
 from wmrl.learner.distributed import all_reduce
 from wmrl.learner.engine import build_engines
+from wmrl.learner.loss import STAT_SUMS, loss_coefficients, token_loss
 from wmrl.learner.memory import PeakMemory
 from wmrl.rollout import Groups
-
-# Per-token statistics summed over the ranks (then divided by the token count) for the metrics.
-_SUMS = ("pg", "kl", "entropy", "ratio_dev", "clipped", "tokens")
-
-
-def loss_coefficients(
-    groups: Groups, weights: np.ndarray, loss_agg: str, token_sum_norm: int
-) -> list[list[float]]:
-    """``coef[k][i]``: trajectory i of group k adds ``coef * sum_t loss_t`` over its generated tokens.
-
-    With n trajectories in group k and L_i generated tokens in trajectory i:
-    seq-mean-token-mean ``w_k / (n L_i)``; token-mean ``w_k / sum_j L_j``;
-    seq-mean-token-sum-norm ``w_k / (n * token_sum_norm)``. A trajectory without generated tokens
-    has nothing to train on (coefficient 0).
-    """
-    coefs: list[list[float]] = []
-    for k, group in enumerate(groups):
-        lengths = [sum(t.loss_mask()) for t in group]
-        n, w = len(group), float(weights[k])
-        if w == 0.0 or sum(lengths) == 0:
-            coefs.append([0.0] * n)
-        elif loss_agg == "seq-mean-token-mean":
-            coefs.append([w / (n * L) if L else 0.0 for L in lengths])
-        elif loss_agg == "token-mean":
-            coefs.append([w / sum(lengths)] * n)
-        elif loss_agg == "seq-mean-token-sum-norm":
-            coefs.append([w / (n * token_sum_norm)] * n)
-        else:
-            raise ValueError(f"unknown loss aggregation {loss_agg!r}")
-    return coefs
-
-
-def token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each target token and the full-vocabulary entropy at each position (fp32)."""
-    logp_all = torch.log_softmax(logits.float(), dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
 
 
 class GRPOLearner:
@@ -114,7 +81,7 @@ class GRPOLearner:
         )
         # Every rank runs as many backward passes as the busiest one (ZeRO reduces inside backward).
         n_micro = int(all_reduce(torch.tensor([len(mine)], device=self.device), "max").item())
-        sums = torch.zeros(len(_SUMS) + 1, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(len(STAT_SUMS) + 1, dtype=torch.float64, device=self.device)
         ratio_max = torch.zeros(1, dtype=torch.float64, device=self.device)
         with PeakMemory(self.device) as memory:
             for j in range(n_micro):
@@ -137,43 +104,31 @@ class GRPOLearner:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         b = batching.collate(rows, self.pad_id, self.device)
-        targets, mask = b.input_ids[:, 1:], b.target_mask
-        logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
-        logp, entropy = token_log_probs(logits[:, :-1] / cfg.temperature, targets)
-        # The generators return raw log-probs (before temperature, docs/models.md): compare like with like.
-        raw_logp = logp if cfg.temperature == 1.0 else token_log_probs(logits[:, :-1], targets)[0]
-
-        # Importance ratio against the sampler (1 on-policy, up to numerics): logged, or clipped (PPO).
-        ratio = torch.exp(raw_logp - b.sampler_logprobs)
-        adv = b.advantages[:, None]
-        if cfg.policy_loss == "ppo_clip":
-            clipped_ratio = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
-            pg = -torch.minimum(ratio * adv, clipped_ratio * adv)
-            clipped = (clipped_ratio * adv < ratio * adv).float()  # the clipped branch is the one taken
-        else:  # Eq. 1: the score-function gradient A * grad log pi
-            pg = -adv * logp
-            clipped = torch.zeros_like(logp)
-
-        kl = torch.zeros_like(logp)
+        # Only the positions whose next token was generated carry loss: the LM head runs on those alone,
+        # flattened to one row per loss token, chunk by chunk (wmrl/learner/head.py).
+        where = b.target_mask.bool()
+        targets = b.input_ids[:, 1:][where]
+        hidden = head.final_hidden_states(self.engine, b.input_ids, b.attention_mask, where)
+        policy = head.policy_tokens(
+            head.output_head(self.engine), hidden, targets, cfg.temperature, cfg.loss_chunk_tokens
+        )
+        ref_logp = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logits = self.reference(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
-                ref_logp, _ = token_log_probs(ref_logits[:, :-1] / cfg.temperature, targets)
-            delta = ref_logp - logp
-            kl = torch.exp(delta) - delta - 1.0  # k3 estimator of KL(pi || pi_ref)
-
-        per_token = pg + cfg.kl_coef * kl - cfg.entropy_coef * entropy
-        # Eq. 5: sum_k w_k L_k, with w_k and the aggregation folded into each trajectory's coefficient.
-        loss = (b.coefs[:, None] * mask * per_token).sum()
-
-        with torch.no_grad():
-            stats = torch.stack([
-                (mask * pg).sum(), (mask * kl).sum(), (mask * entropy).sum(),
-                (mask * (ratio - 1.0).abs()).sum(), (mask * clipped).sum(), mask.sum(),
-                loss.detach(),
-            ]).double()
-            rmax = (ratio * mask).max().double().reshape(1)
-        return loss, stats, rmax
+                ref_hidden = head.final_hidden_states(self.reference, b.input_ids, b.attention_mask, where)
+                ref_logp = head.reference_log_probs(
+                    head.output_head(self.reference), ref_hidden, targets, cfg.temperature,
+                    cfg.loss_chunk_tokens,
+                )
+        # The generators return raw log-probs (before temperature, docs/models.md): the ratio's value
+        # compares like with like, its gradient is the tempered policy's (wmrl/learner/loss.py).
+        out = token_loss(
+            policy.logp, policy.entropy, b.sampler_logprobs[where],
+            b.advantages[:, None].expand_as(where)[where], b.coefs[:, None].expand_as(where)[where], cfg,
+            raw_logp=policy.raw_logp, ref_logp=ref_logp,
+        )
+        stats = torch.cat([out.sums, out.loss.detach().double().reshape(1)])
+        return out.loss, stats, out.ratio_max
 
     def _idle_loss(self) -> torch.Tensor:
         """A zero loss through the whole model, for a rank with fewer micro-batches than the others."""
@@ -184,7 +139,7 @@ class GRPOLearner:
         self, sums: torch.Tensor, ratio_max: torch.Tensor, n_rows: int, n_micro: int,
         peak_mb: float, started: float,
     ) -> dict[str, float]:
-        totals = dict(zip(_SUMS, sums[:-1].tolist(), strict=True))
+        totals = dict(zip(STAT_SUMS, sums[:-1].tolist(), strict=True))
         tokens = max(totals["tokens"], 1.0)
         grad_norm = self.engine.get_global_grad_norm()
         return {
