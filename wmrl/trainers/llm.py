@@ -182,7 +182,8 @@ class LLMTrainer:
             env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
                                       self.cfg.sandbox.timeout_s, self.cfg.launch)
             rng = np.random.default_rng([self.cfg.algorithm.seed, self.step, len(split)])
-            report = evaluate(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k, rng)
+            report = evaluate(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k, rng,
+                              progress=lambda line, split=split: log.info("evaluation %s (%s): %s", label, split, line))
             self._record_eval(label, split, report)
             out.update(report.metrics(f"eval/{split}"))
         self.last_eval = out
@@ -276,7 +277,8 @@ class LLMTrainer:
 
     def progress(self) -> dict[str, Any]:
         return {**calibration_progress(self.calibrator, self.cal_dir), "last_refit_step": self.last_refit_step,
-                "cost_source": COST_SOURCE, **self.totals.progress(), "last_eval": self.last_eval}
+                "cost_source": COST_SOURCE, **self.totals.progress(), "last_eval": self.last_eval,
+                "world_model": self.world_model.stats() if self.world_model is not None else {}}
 
     def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]:
         curves = {"anchor true score": "anchor_true_mean", "world-model r_hat": "wm_r_hat_mean",
