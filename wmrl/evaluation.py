@@ -141,3 +141,12 @@ def evaluate(
     if progress is not None:
         progress(f"done in {format_duration(report.seconds)}: score {report.score:.4f}")
     return report
+
+
+def evaluate_split(policy: Policy, env: Environment, tasks: Sequence[tuple[str, str]], k: int, seed: int,
+                   step: int, split: str, progress: Callable[[str], None] | None = None) -> EvalReport:
+    """The evaluation of one pool split after ``step`` steps, as ``wmrl train`` runs it and ``wmrl eval``
+    repeats it: its own RNG stream from (seed, step, split), so evaluating does not change the training
+    run's samples and the same checkpoint evaluated again draws the same trajectories."""
+    rng = np.random.default_rng([seed, step, len(split)])
+    return evaluate(policy, env, tasks, k, rng, progress)

@@ -36,6 +36,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sft",
     "rollouts",
     "export",
+    "eval_cmd",
     "sync",
 )
 

@@ -38,7 +38,7 @@ from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import STATE_NAME, Calibrator
 from wmrl.config import WMRLConfig
 from wmrl.environments.executed import ExecutedEnvironment, Runner
-from wmrl.evaluation import EvalReport, evaluate
+from wmrl.evaluation import EvalReport, evaluate_split
 from wmrl.orchestration.rundir import RunDir
 from wmrl.step import PHASES, StepResult, calibrator_for, wmrl_step, world_model_scores
 from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
@@ -177,13 +177,13 @@ class LLMTrainer:
             tasks = self.eval_tasks[split][: cfg.eval_tasks or None]
             if not tasks:
                 continue
-            # Its own request namespace, so evaluation never collides with a training step's requests;
-            # its own RNG stream, so evaluating does not change the training run's samples.
+            # Its own request namespace, so evaluation never collides with a training step's requests.
             env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
                                       self.cfg.sandbox.timeout_s, self.cfg.launch)
-            rng = np.random.default_rng([self.cfg.algorithm.seed, self.step, len(split)])
-            report = evaluate(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k, rng,
-                              progress=lambda line, split=split: log.info("evaluation %s (%s): %s", label, split, line))
+            report = evaluate_split(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k,
+                                    self.cfg.algorithm.seed, self.step, split,
+                                    progress=lambda line, split=split: log.info("evaluation %s (%s): %s", label,
+                                                                                split, line))
             self._record_eval(label, split, report)
             out.update(report.metrics(f"eval/{split}"))
         self.last_eval = out
