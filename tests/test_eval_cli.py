@@ -23,14 +23,13 @@ def test_eval_of_a_runs_final_checkpoint_gives_the_runs_final_evaluation(micro_r
         [(t["task_id"], t["scores"], t["failed"]) for t in after["tasks"]]
     assert mine["score"] == pytest.approx(after["score"]) and mine["valid_rate"] == pytest.approx(after["valid_rate"])
     assert "| **overall** (mean over categories) |" in done.stdout
-    assert "eval: batch 1:" in done.stderr and "eval: done in" in done.stderr
+    assert "trajectories, every submission executed" in done.stderr and "eval: done in" in done.stderr
 
 
 def test_train_logs_evaluation_progress_before_the_first_step(micro_run):
     log = (micro_run / "logs" / "coordinator.log").read_text()
-    before = log.index("evaluation before (train): batch 1:")
-    assert before < log.index("evaluation before (train): done in")
-    assert "trajectories, every submission executed" in log
+    start = log.index("evaluation before (train): 1 tasks x k=1 = 1 trajectories, every submission executed")
+    assert start < log.index("evaluation before (train): done in") < log.index("evaluation after (train):")
 
 
 def test_eval_refuses_a_directory_that_is_neither_a_model_nor_a_run(tmp_path):
