@@ -82,7 +82,7 @@ def test_a_body_that_is_no_chat_completion_is_a_counted_infrastructure_failure(m
     stats = env.stats()
     assert (fb.score, fb.status) == (None, "failed") and kind in fb.details["error"]
     assert stats["infrastructure_failures"] == 1 and stats[f"failure:{kind}"] == 1
-    assert server.counts[mode] == 2 * len(CHECK_NAMES) if kind != "NotFoundError" else len(CHECK_NAMES)
+    assert server.counts[mode] == (len(CHECK_NAMES) if kind == "NotFoundError" else 2 * len(CHECK_NAMES))  # 404: no retry
     assert consistent(stats)
 
 
