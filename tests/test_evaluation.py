@@ -63,3 +63,13 @@ def test_evaluate_executes_every_trajectory_and_skips_infrastructure_failures():
     assert [t.failed for t in report.tasks] == [1, 1]
     assert report.score == pytest.approx(0.3)
     assert report.valid_rate == pytest.approx(4 / 6)
+
+
+def test_evaluation_says_how_far_it_got_after_each_batch_of_executions():
+    lines = []
+    report = evaluate(_Scripted([0.2, None]), _Echo(), [("t1", "tabular"), ("t2", "text")], k=2,
+                      rng=np.random.default_rng(0), progress=lines.append)
+    assert lines[0] == "2 tasks x k=2 = 4 trajectories, every submission executed"
+    assert lines[1].startswith("batch 1: 2 submissions executed (2 so far for 4 trajectories, 1 without a score)")
+    assert lines[2].startswith("batch 2: 2 submissions executed (4 so far")
+    assert lines[-1].startswith("done in ") and f"{report.score:.4f}" in lines[-1]

@@ -108,3 +108,46 @@ def test_every_flagged_snippet_really_fails_in_the_sandbox(name, public, tmp_pat
     assert result.status != "ok" or path is None, (name, result.status)
     if FLAGGED[name][2] not in ("InvalidSubmission",):
         assert FLAGGED[name][2] in (result.traceback or result.stderr_tail)
+
+
+LONG_SUM = HEAD + "w = " + " + ".join(["1"] * 1000) + "\nprint(w)\n" + WRITE
+DEEP_PATH = HEAD + "t = pd.read_csv(DATA_DIR + " + " + ".join(["'/a'"] * 3000) + ")\n" + WRITE
+
+
+def test_a_long_sum_that_runs_is_not_a_recursion_error(public):
+    """CPython runs a 1000-term sum; compiling its AST object recursed past the limit."""
+    assert PreCheck(DataInventory.from_dir(public), table_runtime()).settle(LONG_SUM).skipped is None
+
+
+@pytest.mark.parametrize("code, skipped", [
+    (DEEP_PATH, "too_deep"),  # a rule's walk of the path expression recurses past the limit
+    (HEAD + "x = 1\n" * 200_000 + WRITE, "too_large"),
+    (HEAD + "s = '\ud800'\n" + WRITE, "unparseable"),  # a lone surrogate: not encodable source
+])
+def test_code_the_precheck_cannot_analyse_is_left_to_the_world_model_with_the_reason(code, skipped, public):
+    settlement = PreCheck(DataInventory.from_dir(public), table_runtime()).settle(code)
+    assert (settlement.verdict, settlement.skipped) == (None, skipped)
+
+
+def test_a_nul_byte_never_raises(public):
+    """CPython refuses source with a NUL byte (a SyntaxError since 3.11.4, a ValueError before): certain, or skipped."""
+    settlement = PreCheck(DataInventory.from_dir(public), table_runtime()).settle(HEAD + "x = 1\0\n" + WRITE)
+    assert (settlement.verdict is not None and settlement.verdict.error_type == "SyntaxError"
+            or settlement.skipped == "unparseable")
+
+
+def test_the_environment_counts_what_the_precheck_skipped(public):
+    from wmrl.rollout import Submission
+    from wmrl.world_model.backends import Completion
+    from wmrl.world_model.config import WorldModelConfig
+    from wmrl.world_model.env import TaskCase, WorldModelEnvironment
+
+    class Silent:
+        def complete(self, requests):
+            return [Completion("") for _ in requests]
+
+    case = TaskCase("Competition: T\n", DataInventory.from_dir(public), 10)
+    env = WorldModelEnvironment(Silent(), {"t": case}, WorldModelConfig(prompt_style="short"), table_runtime())
+    fb = env.evaluate([Submission("k", "t", DEEP_PATH)])[0]
+    assert fb.score is not None
+    assert env.stats()["precheck_skipped"] == 1 and env.stats()["precheck_skipped:too_deep"] == 1

@@ -102,3 +102,34 @@ def test_a_failure_caps_the_score_and_the_most_confident_failure_is_shown():
 def test_an_unsure_failure_caps_a_little_and_does_not_flip_validity():
     pred = aggregate([verdict("runtime", "fail", 0.3), verdict("quality", confidence=0.9)], 60)
     assert pred.predicted_valid and pred.r_hat == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("raw", ["Infinity", "-Infinity", "1e400", "NaN", "2.5", "true", "[3]", '{"l": 3}', '"x"'])
+def test_an_error_line_that_is_not_an_integer_is_dropped_and_counted(raw):
+    text = json.dumps({**GOOD, "error_line": None}).replace('"error_line": null', f'"error_line": {raw}')
+    v = parse(text)
+    assert (v.status, v.verdict, v.error_line) == ("repaired", "fail", None)
+    assert "error_line_not_an_int" in v.problems
+
+
+@pytest.mark.parametrize("raw, line", [("3.0", 3), ('"4"', 4), ("7", 7)])
+def test_an_integral_error_line_in_another_spelling_is_read(raw, line):
+    v = parse(json.dumps({**GOOD, "error_line": None}).replace('"error_line": null', f'"error_line": {raw}'))
+    assert v.error_line == line
+
+
+@pytest.mark.parametrize("value", [["a", "list"], 42, 2.5, {"parts": 1}, b"bytes"])
+def test_an_answer_that_is_not_text_is_a_fallback(value):
+    v = parse(value, prior=0.25)
+    assert (v.status, v.verdict, v.confidence) == ("fallback", "pass", 0.25)
+    assert v.problems[0].startswith("not_text:")
+
+
+def test_json_nested_deeper_than_the_stack_is_a_fallback_not_a_recursion_error():
+    v = parse('{"verdict": "fail", "reason": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    assert v.status == "fallback"
+
+
+def test_a_confidence_beyond_float_range_is_not_a_number():
+    v = parse(json.dumps({**GOOD, "confidence": 0}).replace('"confidence": 0', '"confidence": ' + "9" * 400))
+    assert (v.status, v.confidence) == ("repaired", 1.0) and "confidence_not_a_number" in v.problems

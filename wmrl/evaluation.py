@@ -11,13 +11,15 @@ tasks it has (the paper's aggregation). An evaluation whose execution failed for
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from wmrl.rollout import Environment, Policy, Trajectory
+from wmrl.progress import format_duration
+from wmrl.rollout import Environment, Feedback, Policy, Submission, Trajectory
 
 
 @dataclass
@@ -89,26 +91,62 @@ def kept_valid(traj: Trajectory) -> bool:
     return bool(feedback is not None and feedback.valid)
 
 
+class _Reporting:
+    """The evaluation's environment, saying after each batch of executions how far the evaluation got:
+    an evaluation of real executions takes minutes, and a log file would otherwise stay silent."""
+
+    def __init__(self, env: Environment, trajectories: int, say: Callable[[str], None]) -> None:
+        self.env, self.trajectories, self.say = env, trajectories, say
+        self.role = env.role
+        self.batches = self.submissions = self.unscored = 0
+        self.started = time.monotonic()
+
+    def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
+        feedbacks = self.env.evaluate(submissions)
+        self.batches += 1
+        self.submissions += len(submissions)
+        self.unscored += sum(fb.score is None for fb in feedbacks)
+        self.say(f"batch {self.batches}: {len(submissions)} submissions executed ({self.submissions} so far for "
+                 f"{self.trajectories} trajectories, {self.unscored} without a score), "
+                 f"{format_duration(time.monotonic() - self.started)} elapsed")
+        return feedbacks
+
+
 def evaluate(
     policy: Policy,
     env: Environment,
     tasks: Sequence[tuple[str, str]],
     k: int,
     rng: np.random.Generator,
+    progress: Callable[[str], None] | None = None,
 ) -> EvalReport:
     """avg@k of ``policy`` on ``tasks`` = [(task_id, category)], every trajectory really executed by ``env``.
 
     Give ``env`` a request namespace of its own (e.g. an ExecutedEnvironment with its own run id), so that
-    evaluation requests never collide with a training step's in the run's execution spool."""
-    import time
-
+    evaluation requests never collide with a training step's in the run's execution spool. ``progress``
+    gets a line when the evaluation starts, after each batch of executions, and at its end."""
     if k < 1:
         raise ValueError(f"k={k}: evaluation needs at least one trajectory per task")
     t0 = time.perf_counter()
+    if progress is not None:
+        progress(f"{len(tasks)} tasks x k={k} = {len(tasks) * k} trajectories, every submission executed")
+        env = _Reporting(env, len(tasks) * k, progress)
     groups = policy.rollout(0, [t for t, _ in tasks], k, [env] * len(tasks), rng)
     per_task, valid = [], []
     for (task_id, category), group in zip(tasks, groups):
         scores = [float(t.score) for t in group if t.score is not None and math.isfinite(t.score)]
         per_task.append(TaskScore(task_id, category, scores, failed=len(group) - len(scores)))
         valid += [kept_valid(t) for t in group]
-    return aggregate(per_task, k, valid, time.perf_counter() - t0)
+    report = aggregate(per_task, k, valid, time.perf_counter() - t0)
+    if progress is not None:
+        progress(f"done in {format_duration(report.seconds)}: score {report.score:.4f}")
+    return report
+
+
+def evaluate_split(policy: Policy, env: Environment, tasks: Sequence[tuple[str, str]], k: int, seed: int,
+                   step: int, split: str, progress: Callable[[str], None] | None = None) -> EvalReport:
+    """The evaluation of one pool split after ``step`` steps, as ``wmrl train`` runs it and ``wmrl eval``
+    repeats it: its own RNG stream from (seed, step, split), so evaluating does not change the training
+    run's samples and the same checkpoint evaluated again draws the same trajectories."""
+    rng = np.random.default_rng([seed, step, len(split)])
+    return evaluate(policy, env, tasks, k, rng, progress)

@@ -7,12 +7,15 @@ from typing import Any
 
 
 class IntermixedParser(argparse.ArgumentParser):
-    """Lets ``key=value`` overrides come after options too (``--seeds 5 simulator.phi=bump``)."""
+    """Lets positionals come after options too (``wmrl launch CONFIG --no-submit key=value``): every
+    subcommand's parser is one (``wmrl/cli/main.py``). A parser with subcommands of its own dispatches
+    plainly (argparse cannot intermix those); its subcommands' parsers intermix."""
 
     _inside = False
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if self._inside:  # parse_known_intermixed_args calls back into parse_known_args
+        dispatches = any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions())
+        if self._inside or dispatches:  # parse_known_intermixed_args calls back into parse_known_args
             return super().parse_known_args(args, namespace)
         self._inside = True
         try:

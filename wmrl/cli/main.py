@@ -16,6 +16,7 @@ import os
 import sys
 import traceback
 
+from wmrl.cli.args import IntermixedParser
 from wmrl.config import ConfigError
 
 # (module under wmrl.cli, help) in the order `wmrl --help` lists them.
@@ -35,6 +36,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sft",
     "rollouts",
     "export",
+    "eval_cmd",
     "sync",
 )
 
@@ -46,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", default=bool(os.environ.get("WMRL_DEBUG")),
                         help="print the traceback of an error (also: WMRL_DEBUG=1)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Options anywhere: ``wmrl launch CONFIG --no-submit key=value`` as well as ``--no-submit CONFIG ...``.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=IntermixedParser)
     for name in SUBCOMMANDS:
         try:
             module = importlib.import_module(f"wmrl.cli.{name}")

@@ -132,6 +132,7 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
          f"{_fmt(p.get('n_refits'), '.0f')} (last at step {_fmt(p.get('last_refit_step'), 'd')}), "
          f"eta2 {_fmt(p.get('eta2'))}"),
         _audit_line(p),
+        _world_model_line(p),
         _compute_line(p),
         _memory_line(p),
         _resume_line(p),
@@ -144,6 +145,19 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
             (job.get("final") or "not in squeue (over)")
         lines.append(f"slurm      {job['kind']} {job['job_id']} ({job['tasks']} task(s)): {states}")
     return "\n".join(line for line in lines if line)
+
+
+def _world_model_line(progress: dict[str, Any]) -> str:
+    """What the world model's answers were: fallbacks (unusable answers) and infrastructure failures."""
+    wm = progress.get("world_model") or {}
+    if not wm:
+        return ""
+    failures = ", ".join(f"{k.split(':', 1)[1]} {v:.0f}" for k, v in sorted(wm.items()) if k.startswith("failure:"))
+    skipped = wm.get("precheck_skipped", 0)
+    return (f"world model {wm.get('submissions', 0):.0f} submissions, {wm.get('calls', 0):.0f} calls, "
+            f"{wm.get('verdict:fallback', 0):.0f} fallback verdicts, {wm.get('infrastructure_failures', 0):.0f} "
+            f"infrastructure failures" + (f" ({failures})" if failures else "")
+            + f", pre-check settled {wm.get('precheck_settled', 0):.0f}" + (f", skipped {skipped:.0f}" if skipped else ""))
 
 
 def _resume_line(progress: dict[str, Any]) -> str:

@@ -9,8 +9,11 @@
   of its mount namespace (those the host also sees are not the execution's), ``statvfs`` through
   ``/proc/PID/root`` gives their used pages.
 * A tmpfs page a process also maps would count twice (in its PSS and in the mount); the PSS of
-  mappings on those mounts (``/proc/PID/smaps``, read only for processes that map shmem) is taken
-  off again, so every page counts once.
+  mappings on those mounts is taken off again, so every page counts once. For a process that maps
+  shmem, both its PSS and the part of it on those mounts come from ONE pass over ``/proc/PID/smaps``:
+  taking the PSS from ``smaps_rollup`` and the part from a later ``smaps`` read raced the process
+  (a mapping gone in between, e.g. at exit, left its pages in the PSS and took nothing off: a 160 MB
+  mapped file counted twice, a good solution killed at 256 MB under load).
 """
 
 from __future__ import annotations
@@ -146,9 +149,12 @@ def tmpfs_used_bytes(pid: int, mounts: dict[int, str]) -> int:
     return total
 
 
-def mapped_pss_kb(pid: int, devices: set[int]) -> float:
-    """PSS of the mappings of ``pid`` whose backing file lies on one of ``devices``."""
-    total, current = 0.0, False
+def smaps_pss_kb(pid: int, devices: set[int]) -> tuple[float, float] | None:
+    """(PSS of ``pid``, PSS of its mappings whose backing file lies on one of ``devices``) in kB, both
+    from one pass over ``/proc/PID/smaps`` (every mapping in both sums or in neither); None when the
+    process is gone."""
+    total = mapped = 0.0
+    current = False
     try:
         with open(f"/proc/{pid}/smaps", "rb") as f:
             for line in f:
@@ -156,11 +162,13 @@ def mapped_pss_kb(pid: int, devices: set[int]) -> float:
                 if len(head) >= 5 and b"-" in head[0] and not head[0].endswith(b":"):
                     major, _, minor = head[3].partition(b":")
                     current = os.makedev(int(major, 16), int(minor, 16)) in devices
-                elif current and line.startswith(b"Pss:"):
-                    total += float(line.split()[1])
+                elif line.startswith(b"Pss:"):
+                    kb = float(line.split()[1])
+                    total += kb
+                    mapped += kb if current else 0.0
     except (OSError, ValueError):
-        return 0.0
-    return total
+        return None
+    return total, mapped
 
 
 def execution_memory(pids: list[int]) -> MemorySample:
@@ -174,9 +182,10 @@ def execution_memory(pids: list[int]) -> MemorySample:
         tmpfs_bytes = tmpfs_used_bytes(inside, mounts)
         if tmpfs_bytes:
             devices = set(mounts)
-            pss_kb -= sum(
-                mapped_pss_kb(pid, devices) for pid, (_, shm) in rollups.items() if shm > 0
-            )
+            for pid, (rollup_pss, shm) in rollups.items():
+                if shm > 0:  # re-read whole: its PSS now, less what of it lies on the tmpfs mounts
+                    now = smaps_pss_kb(pid, devices)
+                    pss_kb += (now[0] - now[1] if now is not None else 0.0) - rollup_pss
     return MemorySample(
         total_mb=max(0.0, pss_kb) / KB + tmpfs_bytes / 2**20, tmpfs_mb=tmpfs_bytes / 2**20
     )

@@ -35,7 +35,7 @@ import numpy as np
 
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import WMRLConfig
-from wmrl.evaluation import EvalReport, evaluate
+from wmrl.evaluation import EvalReport, evaluate_split
 from wmrl.loop import LoopShell
 from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
@@ -174,12 +174,13 @@ class LLMTrainer:
             tasks = self.eval_tasks[split][: cfg.eval_tasks or None]
             if not tasks:
                 continue
-            # Its own request namespace, so evaluation never collides with a training step's requests;
-            # its own RNG stream, so evaluating does not change the training run's samples.
+            # Its own request namespace, so evaluation never collides with a training step's requests.
             env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
                                       self.cfg.sandbox.timeout_s, self.cfg.launch)
-            rng = np.random.default_rng([self.cfg.algorithm.seed, self.step, len(split)])
-            report = evaluate(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k, rng)
+            report = evaluate_split(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k,
+                                    self.cfg.algorithm.seed, self.step, split,
+                                    progress=lambda line, split=split: log.info("evaluation %s (%s): %s", label,
+                                                                                split, line))
             self._record_eval(label, split, report)
             out.update(report.metrics(f"eval/{split}"))
         self.last_eval = out
@@ -265,7 +266,8 @@ class LLMTrainer:
 
     def progress(self) -> dict[str, Any]:
         return {**self.shell.progress(), "cost_source": COST_SOURCE, **self.totals.progress(),
-                "last_eval": self.last_eval}
+                "last_eval": self.last_eval,
+                "world_model": self.world_model.stats() if self.world_model is not None else {}}
 
     def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]:
         curves = {"anchor true score": "anchor_true_mean", "world-model r_hat": "wm_r_hat_mean",

@@ -4,18 +4,22 @@ Both take chat messages (system + check prompt) and return the answer text with 
 the environment above them is the same. Both decode greedily by default (temperature 0), so the same
 model gives the same verdicts through either (tested against a real ``transformers serve``).
 
-``error`` on a :class:`Completion` separates two cases the environment treats differently:
-``"rejected: ..."`` (the request itself is unusable, e.g. longer than the context: counted as a
-fallback verdict, like garbage output) and ``"failed: ..."`` (the server was unreachable or kept
-failing past its retries: an infrastructure failure, the submission gets no score).
+``error`` on a :class:`Completion` separates the cases the environment treats differently:
+``"rejected: ..."`` (the request itself is unusable, e.g. longer than the context) and
+``"malformed: ..."`` (the model's answer is not text) are counted as fallback verdicts, like garbage
+output; ``"failed: ..."`` (the server was unreachable, too slow, or answered with something that is
+not a chat completion, past its retries) is an infrastructure failure: the submission gets no score.
 """
 
 from __future__ import annotations
 
+import json
+import ssl
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wmrl.generation.base import Generator, SamplingParams
@@ -29,7 +33,8 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
-    error: str | None = None  # "rejected: ..." or "failed: ..." (see the module docstring)
+    error: str | None = None  # "rejected: ...", "malformed: ..." or "failed: ..." (see the module docstring)
+    problems: list[str] = field(default_factory=list)  # e.g. "bad_usage": a usable answer, noted
 
     @property
     def failed(self) -> bool:
@@ -78,16 +83,28 @@ class InProcessBackend:
 class HTTPBackend:
     """An OpenAI-compatible ``/v1/chat/completions`` endpoint (``vllm serve``, ``transformers serve``).
 
-    ``concurrency`` requests are in flight at once; the ``openai`` client retries connection errors,
-    408/409/429 and 5xx answers ``retries`` times with backoff, each attempt limited to ``timeout_s``.
+    ``concurrency`` requests are in flight at once. Each attempt has a real deadline of ``timeout_s``
+    (the ``openai`` client's own timeout only bounds the gap between two reads, so a server that drips
+    one byte a second would hold it for ever): an attempt still running at its deadline is abandoned
+    and its connection closed. Connection errors, deadlines, 408/409/429/5xx answers and 200 answers
+    that are not a chat completion are retried ``retries`` times with backoff, then the request is
+    ``failed``. A 400 is ``rejected`` (the request itself is unusable); an answer whose ``content`` is
+    not text is ``malformed`` (both fallbacks); unreadable token counts are read as 0 and noted in
+    ``problems``. Nothing a server sends makes :meth:`complete` raise.
     """
+
+    RETRY_STATUSES = (408, 409, 429)
 
     def __init__(self, url: str, model: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
                  concurrency: int = 16, timeout_s: float = 300.0, retries: int = 3) -> None:
         import openai
 
         self._openai = openai
-        self.client = openai.OpenAI(base_url=url, api_key="EMPTY", timeout=timeout_s, max_retries=retries)
+        # One TLS context for all attempts: building one per client (the default) costs ~0.2 s of CPU.
+        self._tls = ssl.create_default_context()
+        self.url = url
+        self.timeout_s = timeout_s
+        self.retries = retries
         self.model = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -96,22 +113,95 @@ class HTTPBackend:
 
     def _one(self, messages: Messages) -> Completion:
         start = time.perf_counter()
-        try:
-            response: Any = self.client.chat.completions.create(
-                model=self.model, messages=messages, max_tokens=self.max_new_tokens,
-                temperature=self.temperature, top_p=1.0, seed=self.seed,
-            )
-        except self._openai.BadRequestError as err:  # the request itself (e.g. too long): never retried
-            return Completion("", 0, 0, time.perf_counter() - start, f"rejected: {str(err)[:300]}")
-        except self._openai.OpenAIError as err:  # unreachable / timed out / 5xx past the retries
-            return Completion("", 0, 0, time.perf_counter() - start, f"failed: {type(err).__name__}: {str(err)[:300]}")
-        text = (response.choices[0].message.content or "") if response.choices else ""
-        usage = getattr(response, "usage", None)
-        return Completion(text, int(getattr(usage, "prompt_tokens", 0) or 0),
-                          int(getattr(usage, "completion_tokens", 0) or 0), time.perf_counter() - start)
+        messages = [{k: _sendable(v) for k, v in m.items()} for m in messages]
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))  # the openai client's backoff
+            result, retry = self._attempt(messages)
+            if not retry or attempt == self.retries:
+                result.seconds = time.perf_counter() - start
+                return result
+        raise AssertionError("unreachable")
+
+    def _attempt(self, messages: Messages) -> tuple[Completion, bool]:
+        """One request within its deadline: (the completion, whether a failure is worth retrying)."""
+        # A client per attempt, so that closing an abandoned attempt's connection touches no other.
+        client = self._openai.OpenAI(base_url=self.url, api_key="EMPTY", timeout=self.timeout_s, max_retries=0,
+                                     http_client=self._openai.DefaultHttpxClient(verify=self._tls))
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["raw"] = client.chat.completions.with_raw_response.create(
+                    model=self.model, messages=messages, max_tokens=self.max_new_tokens,
+                    temperature=self.temperature, top_p=1.0, seed=self.seed,
+                ).http_response.content
+            except BaseException as err:  # noqa: BLE001 - reported to the waiting thread, never raised there
+                box["error"] = err
+
+        worker = threading.Thread(target=call, daemon=True, name="wmrl-world-model-http")
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            client.close()  # the abandoned read ends at its next byte (or its read timeout)
+            return Completion("", error=f"failed: Timeout: no complete answer within timeout_s={self.timeout_s:g} s"), True
+        client.close()
+        err = box.get("error")
+        if err is None:
+            return _read_completion(box.get("raw", b""))
+        if isinstance(err, self._openai.BadRequestError):  # the request itself (e.g. too long): never retried
+            return Completion("", error=f"rejected: {str(err)[:300]}"), False
+        status = getattr(err, "status_code", None)
+        retry = status is None or status in self.RETRY_STATUSES or status >= 500
+        return Completion("", error=f"failed: {type(err).__name__}: {str(err)[:300]}"), retry
 
     def complete(self, requests: Sequence[Messages]) -> list[Completion]:
         if not requests:
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as pool:
             return list(pool.map(self._one, requests))
+
+
+def _sendable(value: str) -> str:
+    """Text that encodes as UTF-8 (a lone surrogate in the agent's code would fail the request)."""
+    return value.encode("utf-8", "replace").decode("utf-8") if isinstance(value, str) else value
+
+
+def _token_count(usage: Any, key: str, problems: list[str]) -> int:
+    value = usage.get(key, 0) if isinstance(usage, dict) else 0
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value or 0
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    problems.append("bad_usage")
+    return 0
+
+
+def _read_completion(raw: bytes) -> tuple[Completion, bool]:
+    """A 200 answer's body as a Completion: a body that is no chat completion is a (retried) failure
+    of the server; a completion whose content is not text is a ``malformed`` answer of the model."""
+    def broken(why: str) -> tuple[Completion, bool]:
+        return Completion("", error=f"failed: MalformedResponse: {why}"), True
+
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return broken(f"the body is not UTF-8 ({raw[:60]!r})")
+    except (ValueError, RecursionError):
+        return broken(f"the body is not JSON ({raw[:60]!r})")
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return broken(f"no choices in the body ({raw[:60]!r})")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return broken("the choice has no message")
+    usage = body.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        usage = {"prompt_tokens": "?"}
+    problems: list[str] = []
+    tokens = (_token_count(usage, "prompt_tokens", problems), _token_count(usage, "completion_tokens", problems))
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        return Completion("", *tokens, error=f"malformed: content is a {type(content).__name__}, not text",
+                          problems=sorted(set(problems))), False
+    return Completion(content or "", *tokens, problems=sorted(set(problems))), False

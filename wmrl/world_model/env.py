@@ -3,11 +3,15 @@
 For a batch of submissions: the static pre-check settles the certain failures; every other submission
 gets the configured checks (all eight by default), all in ONE batched backend call; each answer is
 parsed (:mod:`wmrl.world_model.verdict`) and the verdicts aggregate into r_hat and the simulated
-feedback (:mod:`wmrl.world_model.aggregate`). Nothing the model says can raise: garbage becomes a
-counted fallback. Only a backend that fails past its retries gives ``score=None``.
+feedback (:mod:`wmrl.world_model.aggregate`). Nothing the model or its server says can raise:
+garbage becomes a counted fallback; a backend that fails past its retries (or raises, or returns the
+wrong number of answers) gives ``score=None``, counted as an infrastructure failure with its kind.
 
 Counters (``stats()``, cumulative) say how often each thing happened, for metrics and the must-show
-measurements: calls, verdict statuses, parse problems, pre-check settlements, infrastructure failures.
+measurements: calls, verdict statuses, parse problems, pre-check settlements and skips, infrastructure
+failures (``failure:<kind>``). A batch's counts are added at its end, so they always add up:
+``calls = (submissions - precheck_settled) * checks`` and
+``verdict:* = (submissions - precheck_settled - infrastructure_failures) * checks``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ from wmrl.world_model.prompts import (
 from wmrl.world_model.verdict import CheckVerdict, parse_verdict
 
 STATUS_OF_CHECK = {"compute": "timeout", "submission": "invalid"}  # any other failure: "error"
+
+
+def _failure_kind(error: str) -> str:
+    """``failed: APITimeoutError: ...`` -> ``APITimeoutError``: the counter key of an infrastructure failure."""
+    parts = error.split(":")
+    return parts[1].strip() if len(parts) > 1 and parts[1].strip().isidentifier() else "other"
 
 
 @dataclass(frozen=True)
@@ -77,48 +87,70 @@ class WorldModelEnvironment:
 
     def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
         start = time.perf_counter()
+        counts: Counter[str] = Counter()  # this batch's counts, added to self.counts at the end only
         out: list[Feedback | None] = [None] * len(submissions)
         requests: list[list[dict[str, str]]] = []
         owners: list[int] = []
         for i, sub in enumerate(submissions):
-            self.counts["submissions"] += 1
-            settled = self._prechecks[sub.task_id].check(sub.code) if self.cfg.precheck else None
-            if settled is not None:
-                self.counts["precheck_settled"] += 1
-                self.counts[f"precheck:{settled.check}"] += 1
-                out[i] = self._feedback(sub, [settled], [], 0.0)
-                continue
+            counts["submissions"] += 1
+            if self.cfg.precheck:
+                settlement = self._prechecks[sub.task_id].settle(sub.code)
+                if settlement.skipped is not None:
+                    counts["precheck_skipped"] += 1
+                    counts[f"precheck_skipped:{settlement.skipped}"] += 1
+                if settlement.verdict is not None:
+                    counts["precheck_settled"] += 1
+                    counts[f"precheck:{settlement.verdict.check}"] += 1
+                    out[i] = self._feedback(sub, [settlement.verdict], [], 0.0)
+                    continue
             for messages in self.messages(sub.task_id, sub.code):
                 requests.append(messages)
                 owners.append(i)
-        completions = self.backend.complete(requests) if requests else []
-        self.counts["calls"] += len(completions)
+        completions = self._complete(requests)
+        counts["calls"] += len(completions)
         seconds = time.perf_counter() - start
         per_call = seconds / max(len(completions), 1)
         for i, sub in enumerate(submissions):
             if out[i] is not None:
                 continue
             mine = [c for c, owner in zip(completions, owners, strict=True) if owner == i]
-            out[i] = self._from_completions(sub, mine, per_call * len(mine))
+            out[i] = self._from_completions(sub, mine, per_call * len(mine), counts)
+        self.counts.update(counts)
         return [f for f in out if f is not None]
 
-    def _from_completions(self, sub: Submission, completions: list[Completion], seconds: float) -> Feedback:
+    def _complete(self, requests: list[list[dict[str, str]]]) -> list[Completion]:
+        """The backend's completions, one per request; a backend that raises or miscounts fails them all."""
+        if not requests:
+            return []
+        try:
+            completions = list(self.backend.complete(requests))
+        except Exception as err:  # noqa: BLE001 - a backend bug is an infrastructure failure, not a crash
+            return [Completion("", error=f"failed: {type(err).__name__}: {str(err)[:300]}") for _ in requests]
+        if len(completions) != len(requests) or not all(isinstance(c, Completion) for c in completions):
+            why = f"failed: the backend gave {len(completions)} answers for {len(requests)} requests"
+            return [Completion("", error=why) for _ in requests]
+        return completions
+
+    def _from_completions(self, sub: Submission, completions: list[Completion], seconds: float,
+                          counts: Counter[str]) -> Feedback:
         n_lines = max(len(sub.code.splitlines()), 1)
         tokens = sum(c.prompt_tokens + c.completion_tokens for c in completions)
         failed = [c for c in completions if c.failed]
         if failed:
-            self.counts["infrastructure_failures"] += 1
+            counts["infrastructure_failures"] += 1
+            counts[f"failure:{_failure_kind(failed[0].error or '')}"] += 1
             return Feedback(sub.key, "", None, False, "failed", seconds, tokens,
                             {"error": failed[0].error, "raw": [c.text for c in completions]})
         verdicts = []
         for check, completion in zip(self.checks, completions, strict=True):
             prior = self.cfg.fallback_quality if check.name == "quality" else 0.0
             verdict = parse_verdict(completion.text, check.name, n_lines, prior)
-            if completion.error:  # rejected request: a fallback like garbage output
+            if completion.error:  # rejected request or malformed answer: a fallback like garbage output
                 verdict.problems.append(completion.error.split(":")[0])
-            self.counts[f"verdict:{verdict.status}"] += 1
+            verdict.problems.extend(completion.problems)
+            counts[f"verdict:{verdict.status}"] += 1
             for problem in verdict.problems:
-                self.counts[f"problem:{problem.split(':')[0]}"] += 1
+                counts[f"problem:{problem.split(':')[0]}"] += 1
             verdicts.append(verdict)
         return self._feedback(sub, verdicts, [c.text for c in completions], seconds, tokens)
 

@@ -19,6 +19,13 @@ execution in ``results/world_model/``), so each rule only fires where nothing ca
   ``names``, ``sep``, ``index_col``), assigned once and never modified, ``col`` absent from that CSV's
   header and never assigned anywhere in the code.
 
+What the pre-check cannot analyse it leaves to the world model, and says why (:meth:`PreCheck.settle`,
+counted by the environment as ``precheck_skipped:<reason>``): code over ``MAX_CODE_CHARS``
+(``too_large``), code the parser or a rule cannot walk (``too_deep``: a RecursionError, e.g. a long
+chain of ``+``), source Python cannot take as text (``unparseable``: a lone surrogate, a NUL byte where
+the parser refuses it with a ValueError), or anything unexpected inside a rule (``internal:<type>``).
+Nothing raises.
+
 "Always runs" = the statement sits at module level, or in a function called at module level, or in
 ``if __name__ == "__main__":``, with only ``with`` blocks around it: never under ``if``, ``try``,
 loops or comprehensions, where it might be skipped or caught.
@@ -41,6 +48,15 @@ DATA_EXTS = (".csv", ".tsv", ".parquet", ".json", ".npy", ".npz", ".txt", ".zip"
              ".feather", ".pkl", ".xlsx")
 SANDBOX_DATA_MOUNT = "/sandbox/data"
 PREDEFINED = {"DATA_DIR", "SUBMISSION_PATH", "__file__", "__name__", "__builtins__", "__doc__"}
+MAX_CODE_CHARS = 1_000_000  # beyond any real solution; the AST walk of a larger file is not worth it
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The pre-check's answer for one program: a certain failure, or None with why it was not analysed."""
+
+    verdict: CheckVerdict | None
+    skipped: str | None = None  # too_large, too_deep, unparseable, internal:<type>; None = analysed
 
 
 @dataclass(frozen=True)
@@ -200,13 +216,31 @@ class PreCheck:
 
     def check(self, code: str) -> CheckVerdict | None:
         """The first certain failure in source order of the rules, or None."""
+        return self.settle(code).verdict
+
+    def settle(self, code: str) -> Settlement:
+        """:meth:`check` with the reason when the code was not analysed; never raises."""
+        if len(code) > MAX_CODE_CHARS:
+            return Settlement(None, "too_large")
+        try:
+            return Settlement(self._check(code))
+        except RecursionError:
+            return Settlement(None, "too_deep")
+        except (ValueError, UnicodeError):
+            return Settlement(None, "unparseable")
+        except Exception as err:  # noqa: BLE001 - a rule's blind spot must not end a training step
+            return Settlement(None, f"internal:{type(err).__name__}")
+
+    def _check(self, code: str) -> CheckVerdict | None:
         lines = code.splitlines()
         try:
-            tree = ast.parse(code, filename="solution.py")
-            compile(tree, "solution.py", "exec")
+            # The source, as CPython compiles the file (compiling the AST object recurses deeper:
+            # a 1000-term sum that runs fine would raise RecursionError there).
+            compile(code, "solution.py", "exec", dont_inherit=True)
         except SyntaxError as err:
             text = "".join(traceback.format_exception_only(type(err), err)).rstrip()
             return _verdict("runtime", type(err).__name__, err.lineno, text, f"the code does not compile: {err.msg}")
+        tree = ast.parse(code, filename="solution.py")
         reach = _Reach(tree)
         for rule in (self._imports, self._names, self._contract, self._files, self._columns):
             found = rule(tree, reach, lines, code)

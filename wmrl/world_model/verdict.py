@@ -8,10 +8,14 @@ ok         the whole answer is exactly one JSON object with valid fields
 repaired   a usable object was found, but something had to be fixed: it sat inside a code fence
            or prose, a key was missing or unknown, the confidence was out of [0, 1] or not a
            number, the error line outside the code, the feedback too long (``problems`` says what)
-fallback   nothing usable (empty, no JSON object, no pass/fail verdict): the check counts as the
-           calibration policy's default, ``pass`` with confidence 0 (the quality check: the
-           configured prior score), and ``problems`` says why
+fallback   nothing usable (empty, not text, no JSON object, no pass/fail verdict): the check counts
+           as the calibration policy's default, ``pass`` with confidence 0 (the quality check:
+           the configured prior score), and ``problems`` says why
 =========  ================================================================================
+
+Whatever the value types (``Infinity``, ``1e400``, ``2.5``, ``true``, nested lists, JSON nested
+deeper than the parser's recursion limit), the answer gets one of these statuses; an unexpected error
+inside the parser itself is a fallback with the problem ``parser_error:<type>``, never an exception.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def _objects(text: str) -> list[tuple[dict, int, int]]:
     while i != -1:
         try:
             obj, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; nesting deeper than the stack
             i = text.find("{", i + 1)
             continue
         if isinstance(obj, dict):
@@ -80,12 +84,12 @@ def extract_object(text: str) -> tuple[dict | None, list[str]]:
         if isinstance(obj, dict):
             return obj, []
         return None, ["not_an_object"]
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         pass
     for body in _FENCED.findall(stripped):
         try:
             obj = json.loads(body.strip())
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict):
             return obj, ["fenced"]
@@ -114,7 +118,7 @@ def _as_text(value: Any, limit: int, key: str, problems: list[str]) -> str:
 def _confidence(value: Any, problems: list[str]) -> float | None:
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float range
         problems.append("confidence_not_a_number")
         return None
     if math.isnan(number):
@@ -126,12 +130,25 @@ def _confidence(value: Any, problems: list[str]) -> float | None:
     return number
 
 
+def _as_line_number(value: Any) -> int | None:
+    """An integer line number from an int, an integral finite float (``3.0``) or a string of digits;
+    None for anything else (``2.5``, ``Infinity``, ``1e400``, ``true``, lists)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) < 20:
+        return int(value.strip())
+    return None
+
+
 def _error_line(value: Any, n_lines: int, problems: list[str]) -> int | None:
     if value is None or value == "" or value == "null":
         return None
-    try:
-        line = int(value)
-    except (TypeError, ValueError):
+    line = _as_line_number(value)
+    if line is None:
         problems.append("error_line_not_an_int")
         return None
     if not 1 <= line <= n_lines:
@@ -140,9 +157,18 @@ def _error_line(value: Any, n_lines: int, problems: list[str]) -> int | None:
     return line
 
 
-def parse_verdict(text: str, check: str, n_lines: int, prior: float = 0.0) -> CheckVerdict:
+def parse_verdict(text: Any, check: str, n_lines: int, prior: float = 0.0) -> CheckVerdict:
     """Parse one check's answer; never raises. ``prior`` is the fallback confidence (quality score)."""
-    obj, problems = extract_object(text or "")
+    if text is not None and not isinstance(text, str):
+        return _fallback(check, [f"not_text:{type(text).__name__}"], prior)
+    try:
+        return _parse(text or "", check, n_lines, prior)
+    except Exception as err:  # noqa: BLE001 - the documented promise: any answer is a counted fallback
+        return _fallback(check, [f"parser_error:{type(err).__name__}"], prior)
+
+
+def _parse(text: str, check: str, n_lines: int, prior: float) -> CheckVerdict:
+    obj, problems = extract_object(text)
     if obj is None:
         return _fallback(check, problems, prior)
     unknown = sorted(set(obj) - set(JSON_KEYS))

@@ -1,0 +1,16 @@
+"""`wmrl status` shows what the world model's answers were: fallbacks and infrastructure failures by kind."""
+
+from wmrl.cli.status import _world_model_line
+
+
+def test_status_names_fallbacks_and_failures_by_kind():
+    line = _world_model_line({"world_model": {"submissions": 6.0, "calls": 18.0, "verdict:fallback": 4.0,
+                                              "infrastructure_failures": 2.0, "failure:MalformedResponse": 1.0,
+                                              "failure:APITimeoutError": 1.0, "precheck_settled": 0.0,
+                                              "precheck_skipped": 1.0}})
+    assert line == ("world model 6 submissions, 18 calls, 4 fallback verdicts, 2 infrastructure failures "
+                    "(APITimeoutError 1, MalformedResponse 1), pre-check settled 0, skipped 1")
+
+
+def test_status_without_a_world_model_says_nothing_of_it():
+    assert _world_model_line({}) == ""
