@@ -39,6 +39,7 @@ from wmrl.calibration.calibrator import STATE_NAME, Calibrator
 from wmrl.config import WMRLConfig
 from wmrl.environments.executed import ExecutedEnvironment, Runner
 from wmrl.evaluation import EvalReport, evaluate
+from wmrl.models.kernels import log_kernels
 from wmrl.orchestration.rundir import RunDir
 from wmrl.step import PHASES, StepResult, calibrator_for, wmrl_step, world_model_scores
 from wmrl.trainers.common import RunTotals, calibration_progress, write_run_plots
@@ -90,6 +91,7 @@ class LLMTrainer:
         agent_ctx, _, runtime = run_context(cfg)
 
         self.learner = GRPOLearner(cfg.learner, self.model_path)
+        log_kernels(self.learner.engine.module)
         self.generator = build_generator(self.model_path, cfg.generation, cfg.model.dtype)
         self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
         self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
