@@ -347,3 +347,9 @@ def test_gpu_memory_utilization_above_the_free_memory_is_refused_before_vllm_sta
 def test_placement_settings_are_checked_at_load(changes, message):
     with pytest.raises(ConfigError, match=message):
         GenerationConfig(vllm=VLLMConfig(**changes)).validate()
+
+
+def test_the_factory_follows_the_configured_placement(fake_vllm, tiny):
+    cfg = GenerationConfig(backend="vllm", vllm=VLLMConfig(placement="dedicated", inference_gpus=1))
+    assert build_generator(tiny, cfg).transfer == "nccl"
+    assert build_generator(tiny, GenerationConfig(backend="vllm")).transfer == "ipc"
