@@ -116,3 +116,25 @@ def test_executions_per_gpu_below_one_is_refused():
 def test_the_cluster_configs_put_two_anchor_executions_on_each_gpu(name):
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml")
     assert cfg.launch.executions_per_gpu == 2 and cfg.launch.worker_gpus == 1
+
+
+def test_a_slurm_array_task_runs_one_worker_slot_per_share_of_its_gpu(tmp_path, fake_gpu):
+    """The body of an array task (run_worker_task's shared-GPU path), called here in-process: two slots
+    named after the task, each on GPU 0 with half of it, until they go idle."""
+    from wmrl.orchestration.slurm import run_worker_slots
+
+    cfg = load_config(None, ["run_name=t", "launch.executions_per_gpu=2", "launch.worker_gpus=1",
+                             "launch.idle_timeout_s=3", *(f"launch.{k}={v}" for k, v in FAST.items())])
+    run = create_run_dir(tmp_path / "t", to_yaml(cfg))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    reqs = [ExecutionRequest.create("t", step=1, task_id="iris", group_id=0, traj_id=i,
+                                    code=CODE.format(marks=str(marks)), timeout_s=90) for i in range(2)]
+    service = SpoolExecutionService(run, cfg.launch)
+    service.submit(reqs)
+    summary = run_worker_slots(run, cfg, PYTHON_WORK, "node1-77_3-123")
+    done = service.wait([r.request_id for r in reqs], timeout_s=5)
+    assert summary["slots"] == 2 and summary["exit_reason"] == "slots exited"
+    assert sorted(rec.worker_id for rec in done.values()) == ["node1-77_3-123-s0", "node1-77_3-123-s1"]
+    seen = [json.loads(rec.outcome["stdout_tail"].splitlines()[0]) for rec in done.values()]
+    assert all(s["gpu"] == "0" and s["fraction"] == "0.5" and s["together"] for s in seen)
