@@ -165,6 +165,7 @@ def fake_vllm(request, monkeypatch):
     # Two 80 GB GPUs with 70 GB free each (the engine's start-up check reads them; there is no GPU here).
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (70 * GIB, 80 * GIB))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-17")
     monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)

@@ -147,10 +147,10 @@ def check_gpu_memory(utilization: float, devices: Sequence[int],
 
 
 def inference_devices(cfg: VLLMConfig) -> list[int]:
-    """This process's CUDA indices vLLM runs on: the learner's (0) colocated, the last
+    """This process's CUDA indices vLLM runs on: the learner's (the current device) colocated, the last
     ``inference_gpus`` of the visible GPUs dedicated."""
     if cfg.placement != "dedicated":
-        return [0]
+        return [torch.cuda.current_device()]
     count = torch.cuda.device_count()
     if count <= cfg.inference_gpus:
         raise ValueError(f"generation.vllm.placement=dedicated with inference_gpus={cfg.inference_gpus} needs more "
