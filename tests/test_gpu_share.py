@@ -42,6 +42,20 @@ print(1.0)
 """
 
 
+def two_queued_executions(tmp_path: Path, *overrides: str):
+    """A run with executions_per_gpu=2 and two queued executions that wait for each other (CODE)."""
+    cfg = load_config(None, ["run_name=t", "launch.executions_per_gpu=2", *overrides,
+                             *(f"launch.{k}={v}" for k, v in FAST.items())])
+    run = create_run_dir(tmp_path / "t", to_yaml(cfg))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    reqs = [ExecutionRequest.create("t", step=1, task_id="iris", group_id=0, traj_id=i,
+                                    code=CODE.format(marks=str(marks)), timeout_s=90) for i in range(2)]
+    service = SpoolExecutionService(run, cfg.launch)
+    service.submit(reqs)
+    return cfg, run, service, reqs
+
+
 @pytest.fixture
 def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = tmp_path / "bin"
@@ -54,15 +68,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_two_executions_share_one_gpu_at_once_each_told_half_and_counted_at_half(tmp_path, fake_gpu):
-    cfg = load_config(None, ["run_name=t", "launch.executions_per_gpu=2", "launch.workers=2",
-                             *(f"launch.{k}={v}" for k, v in FAST.items())])
-    run = create_run_dir(tmp_path / "t", to_yaml(cfg))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    reqs = [ExecutionRequest.create("t", step=1, task_id="iris", group_id=0, traj_id=i,
-                                    code=CODE.format(marks=str(marks)), timeout_s=90) for i in range(2)]
-    service = SpoolExecutionService(run, cfg.launch)
-    service.submit(reqs)
+    cfg, run, service, reqs = two_queued_executions(tmp_path, "launch.workers=2")
     with LocalExecutor(run, workers=2, work=PYTHON_WORK, idle_timeout_s=30,
                        executions_per_gpu=cfg.launch.executions_per_gpu):
         done = service.wait([r.request_id for r in reqs], timeout_s=120)
@@ -123,15 +129,7 @@ def test_a_slurm_array_task_runs_one_worker_slot_per_share_of_its_gpu(tmp_path, 
     named after the task, each on GPU 0 with half of it, until they go idle."""
     from wmrl.orchestration.slurm import run_worker_slots
 
-    cfg = load_config(None, ["run_name=t", "launch.executions_per_gpu=2", "launch.worker_gpus=1",
-                             "launch.idle_timeout_s=3", *(f"launch.{k}={v}" for k, v in FAST.items())])
-    run = create_run_dir(tmp_path / "t", to_yaml(cfg))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    reqs = [ExecutionRequest.create("t", step=1, task_id="iris", group_id=0, traj_id=i,
-                                    code=CODE.format(marks=str(marks)), timeout_s=90) for i in range(2)]
-    service = SpoolExecutionService(run, cfg.launch)
-    service.submit(reqs)
+    cfg, run, service, reqs = two_queued_executions(tmp_path, "launch.worker_gpus=1", "launch.idle_timeout_s=3")
     summary = run_worker_slots(run, cfg, PYTHON_WORK, "node1-77_3-123")
     done = service.wait([r.request_id for r in reqs], timeout_s=5)
     assert summary["slots"] == 2 and summary["exit_reason"] == "slots exited"
