@@ -2,7 +2,7 @@
 learner, on a random-init model of the Qwen3.5 architecture (>= 0.5B parameters, built here: nothing
 is downloaded). Prints the step-time breakdown as JSON and writes it to ``OUT/breakdown.json``.
 
-    bash scripts/gpu_smoke_step.sh        # scripts/gpu_smoke.sh (installs the gpu extra), then this
+    bash scripts/gpu_smoke_step.sh        # scripts/gpu_smoke.sh (colocated placement), then this
     python scripts/gpu_smoke_step.py --out results/gpu_smoke_step
     python scripts/gpu_smoke_step.py --dry-run --out /tmp/smoke   # CPU: config + a tiny model, no step
 

@@ -6,6 +6,7 @@ request, and the weight-transfer sequence for ``ipc`` and ``nccl``.
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -45,6 +46,14 @@ FIELDS = {
               "nccl_update": {"names", "dtype_names", "shapes"}},
 }
 IPC_INIT = {"packed"}
+# The EngineArgs fields wmrl passes to vllm.LLM, present in both releases (vllm/engine/arg_utils.py); LLM
+# hands its keyword arguments to EngineArgs, which refuses unknown ones.
+ENGINE_ARGS = {"model", "tokenizer", "dtype", "seed", "tensor_parallel_size", "gpu_memory_utilization",
+               "max_model_len", "enforce_eager", "enable_prefix_caching", "enable_sleep_mode",
+               "weight_transfer_config"}
+# LLM.wake_up(tags): "Values must be in ("weights", "kv_cache", "scheduling")" (vllm/entrypoints/llm.py).
+WAKE_TAGS = {"weights", "kv_cache", "scheduling"}
+GIB = 2**30
 IPC_UPDATE = {"names", "dtype_names", "shapes", "ipc_handles", "ipc_handles_pickled", "tensor_sizes"}
 
 
@@ -64,12 +73,33 @@ def fake_vllm(request, monkeypatch):
 
     class LLM:
         def __init__(self, **kwargs):
+            _check_keys("EngineArgs", kwargs, ENGINE_ARGS)
             rec.calls.append(("LLM", kwargs))
+            rec.visible_at_start = os.environ.get("CUDA_VISIBLE_DEVICES")
             self.backend = kwargs["weight_transfer_config"].backend
+            self.sleep_mode = kwargs.get("enable_sleep_mode", False)
+            self.sleeping: set[str] = set()
             self.active = False
             self.packed = False
 
+        def sleep(self, level=1, mode="abort"):
+            # vLLM's executor: level 1 offloads the weights, level 2 discards them; both free the KV
+            # cache (and sleep mode must be on, or the cumem allocator never tagged the memory).
+            if not self.sleep_mode:
+                raise RuntimeError("sleep mode is not enabled (enable_sleep_mode=False)")
+            assert level in (1, 2) and mode == "abort"
+            self.sleeping = {"weights", "kv_cache"}
+            rec.calls.append(("sleep", level))
+
+        def wake_up(self, tags=None):
+            unknown = set(tags or ()) - WAKE_TAGS
+            if unknown:
+                raise ValueError(f"unknown wake_up tags {sorted(unknown)}")
+            self.sleeping -= set(tags) if tags else set(self.sleeping)
+            rec.calls.append(("wake_up", list(tags) if tags else None))
+
         def generate(self, prompts, params, use_tqdm=True):
+            assert not self.sleeping, f"generate while {self.sleeping} sleep"
             rec.calls.append(("generate", (prompts, params)))
             outs = []
             for p in prompts:
@@ -132,6 +162,12 @@ def fake_vllm(request, monkeypatch):
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(vllm_engine, "gpu_uuid", lambda device: "GPU-test-uuid")
+    # Two 80 GB GPUs with 70 GB free each (the engine's start-up check reads them; there is no GPU here).
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (70 * GIB, 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-17")
     monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)
     rec.version = version
     return rec
@@ -248,10 +284,73 @@ def test_the_gpu_extra_pins_the_supported_range():
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     low, high = (".".join(map(str, v)) for v in vllm_engine.SUPPORTED_VLLM)
-    assert project["project"]["optional-dependencies"]["gpu"] == [f"vllm>={low},<{high}"]
+    # the extra also holds the Qwen3.5 kernels (tests/test_containers_pins.py); vLLM's entry is this range
+    assert [r for r in project["project"]["optional-dependencies"]["gpu"] if r.startswith("vllm")] == \
+        [f"vllm>={low},<{high}"]
 
 
 def test_missing_vllm_says_how_to_install_it(monkeypatch, tiny):
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(RuntimeError, match=r"pip install 'wmrl\[gpu\]'"):
         vllm_engine.VLLMGenerator(str(tiny), VLLMConfig())
+
+
+def test_a_colocated_engine_has_sleep_mode_and_sleeps_and_wakes_by_tag(fake_vllm, tiny):
+    gen = vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(placement="colocated", sleep_level=2))
+    assert fake_vllm.calls[0][1]["enable_sleep_mode"] is True
+    gen.sleep()
+    gen.wake_up(["weights"])
+    gen.wake_up(["kv_cache"])
+    gen.generate([[1, 2]], SamplingParams())
+    assert [c for c in fake_vllm.calls if c[0] in ("sleep", "wake_up")] == [
+        ("sleep", 2), ("wake_up", ["weights"]), ("wake_up", ["kv_cache"])]
+
+
+def test_a_dedicated_engine_starts_on_the_last_gpus_without_sleep_mode(fake_vllm, tiny, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    gen = vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(placement="dedicated", inference_gpus=1))
+    kwargs = fake_vllm.calls[0][1]
+    assert kwargs["enable_sleep_mode"] is False and gen.transfer == "nccl"
+    assert fake_vllm.visible_at_start == "5"  # the engine's processes see only the inference GPU
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"  # restored for the learner's ranks
+
+
+def test_dedicated_needs_a_gpu_left_for_the_learner(fake_vllm, tiny):
+    with pytest.raises(ValueError, match="inference_gpus=2 needs more GPUs than that in the allocation"):
+        vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(placement="dedicated", inference_gpus=2,
+                                                          tensor_parallel_size=2))
+
+
+def test_the_nccl_transfer_address_comes_from_the_allocation_not_loopback(fake_vllm, tiny, monkeypatch):
+    gen = vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(placement="dedicated", inference_gpus=1))
+    gen.update_weights([("model.norm.weight", torch.ones(4))])
+    init = dict(fake_vllm.calls)["init_weight_transfer_engine"]["init_info"]
+    assert init["master_address"] == dict(fake_vllm.calls)["trainer_init"]["master_address"] == "gpu-node-17"
+    monkeypatch.setenv("MASTER_ADDR", "10.1.2.3")
+    assert vllm_engine.transfer_address() == "10.1.2.3"
+
+
+def test_gpu_memory_utilization_above_the_free_memory_is_refused_before_vllm_starts(fake_vllm, tiny, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (20 * GIB, 80 * GIB))
+    with pytest.raises(ValueError, match=r"generation.vllm.gpu_memory_utilization=0.4 reserves 32.0 GiB .*"
+                                         r"only 20.0 GiB is free.*at most 0.25"):
+        vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(gpu_memory_utilization=0.4))
+    assert not fake_vllm.calls  # the engine never started
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"placement": "dedicated"}, "placement=dedicated needs generation.vllm.inference_gpus >= "),
+    ({"placement": "dedicated", "inference_gpus": 1, "weight_transfer": "ipc"}, "weight_transfer=ipc needs the"),
+    ({"inference_gpus": 1}, "inference_gpus=1 is only for placement=dedicated"),
+    ({"placement": "remote"}, "placement"),
+    ({"sleep_level": 3}, "sleep_level"),
+])
+def test_placement_settings_are_checked_at_load(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        GenerationConfig(vllm=VLLMConfig(**changes)).validate()
+
+
+def test_the_factory_follows_the_configured_placement(fake_vllm, tiny):
+    cfg = GenerationConfig(backend="vllm", vllm=VLLMConfig(placement="dedicated", inference_gpus=1))
+    assert build_generator(tiny, cfg).transfer == "nccl"
+    assert build_generator(tiny, GenerationConfig(backend="vllm")).transfer == "ipc"

@@ -11,6 +11,8 @@ if TYPE_CHECKING:  # loading a config must not import torch
 BACKENDS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
 WEIGHT_TRANSFER = ("auto", "ipc", "nccl")
+PLACEMENTS = ("colocated", "dedicated")
+SLEEP_LEVELS = (0, 1, 2)
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
@@ -39,13 +41,25 @@ class SamplingConfig:
 
 @dataclass
 class VLLMConfig:
-    """vLLM engine settings (``generation.backend=vllm``, GPU clusters)."""
+    """vLLM engine settings (``generation.backend=vllm``, GPU clusters; placements in docs/cluster.md)."""
 
+    # Where vLLM runs. "colocated": on the learner's GPU, taking turns with it: vLLM sleeps while the
+    # learner trains and the learner's model and optimizer states wait in host memory while vLLM
+    # generates (wmrl/generation/colocation.py). "dedicated": on the last `inference_gpus` GPUs of the
+    # coordinator's allocation, the learner on the others; weights travel over NCCL.
+    placement: str = "colocated"
+    inference_gpus: int = 0  # dedicated: GPUs of the allocation vLLM uses (>= tensor_parallel_size)
+    # colocated: vLLM's sleep level while the learner trains. 1: weights to host memory, KV cache freed;
+    # 2: weights and KV cache freed (the weight update refills them); 0: never sleep (both must fit).
+    sleep_level: int = 1
     # How the learner's weights reach vLLM after each step: "ipc" when vLLM shares the learner's GPU
-    # (CUDA IPC handles, no copy), "nccl" when it runs on other GPUs; "auto" picks ipc when the
-    # learner and vLLM share devices.
+    # (CUDA IPC handles, no copy), "nccl" when it runs on other GPUs; "auto" picks by placement.
     weight_transfer: str = "auto"
-    gpu_memory_utilization: float = 0.4  # the learner shares the GPU in the colocated (ipc) setting
+    # The fraction of the GPU's TOTAL memory vLLM reserves (weights, activations, KV cache; what is left
+    # of it after the weights is KV cache), not of its free memory: vLLM refuses to start when the GPU's
+    # free memory is below it, so 0.4 of an A100-80GB needs 32 GB free (wmrl checks this up front, see
+    # vllm_engine.check_gpu_memory). Colocated, the learner's states are in host memory by then.
+    gpu_memory_utilization: float = 0.4
     tensor_parallel_size: int = 1
     max_model_len: int = 16384  # prompt + all turns; the paper's world model reads 12k
     dtype: str = "bfloat16"
@@ -55,6 +69,9 @@ class VLLMConfig:
     def validate(self, prefix: str) -> None:
         from wmrl.config_checks import ConfigError, check_choice, check_range
 
+        check_choice(f"{prefix}.placement", self.placement, PLACEMENTS)
+        check_choice(f"{prefix}.sleep_level", self.sleep_level, SLEEP_LEVELS)
+        check_range(f"{prefix}.inference_gpus", self.inference_gpus, 0)
         check_choice(f"{prefix}.weight_transfer", self.weight_transfer, WEIGHT_TRANSFER)
         check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
         check_range(f"{prefix}.tensor_parallel_size", self.tensor_parallel_size, 1)
@@ -63,6 +80,22 @@ class VLLMConfig:
         if self.weight_transfer == "ipc" and self.tensor_parallel_size > 1:
             raise ConfigError(f"{prefix}.weight_transfer=ipc needs {prefix}.tensor_parallel_size=1 (the learner's "
                               f"CUDA IPC handles are of its one GPU); use weight_transfer=nccl for tensor parallelism")
+        self._validate_placement(prefix)
+
+    def _validate_placement(self, prefix: str) -> None:
+        from wmrl.config_checks import ConfigError
+
+        if self.placement == "dedicated":
+            if self.inference_gpus < self.tensor_parallel_size:
+                raise ConfigError(f"{prefix}.placement=dedicated needs {prefix}.inference_gpus >= "
+                                  f"{prefix}.tensor_parallel_size={self.tensor_parallel_size} (the GPUs of the "
+                                  f"allocation vLLM runs on), got {prefix}.inference_gpus={self.inference_gpus}")
+            if self.weight_transfer == "ipc":
+                raise ConfigError(f"{prefix}.weight_transfer=ipc needs the learner and vLLM on one GPU; "
+                                  f"{prefix}.placement=dedicated sends weights with weight_transfer=nccl (or auto)")
+        elif self.inference_gpus:
+            raise ConfigError(f"{prefix}.inference_gpus={self.inference_gpus} is only for placement=dedicated; "
+                              f"{prefix}.placement=colocated runs vLLM on the learner's GPU (set it to 0)")
 
 
 @dataclass

@@ -8,10 +8,12 @@ from wmrl.generation.base import Generator
 from wmrl.generation.config import GenerationConfig
 
 
-def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float32", colocated: bool = True) -> Generator:
+def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float32",
+                    colocated: bool | None = None) -> Generator:
     """``transformers`` (CPU, or one GPU as a fallback) or ``vllm`` (GPU clusters, the ``gpu`` extra).
 
-    ``colocated``: the learner trains on the GPU vLLM serves from (weights then travel by CUDA IPC).
+    ``colocated``: the learner trains on the GPU vLLM serves from (weights then travel by CUDA IPC);
+    None = as ``generation.vllm.placement`` says.
     """
     if cfg.backend == "vllm":
         from wmrl.generation.vllm_engine import VLLMGenerator

@@ -13,6 +13,15 @@ dropped (vLLM keeps KV blocks computed with the old weights; the next step's pro
   tensors packed into buffers while ``update_weights`` receives them. vLLM 0.28 moved the ``packed``
   flag from each update's info to the init info; both layouts are sent by version.
 
+Placement (``generation.vllm.placement``, docs/cluster.md): *colocated*, the engine is built with
+``enable_sleep_mode`` on the learner's GPU and :mod:`wmrl.generation.colocation` puts it to sleep
+(``LLM.sleep(level)``) while the learner trains and wakes it (``LLM.wake_up(tags)``: ``["weights"]``
+before a weight update, ``["kv_cache"]`` before generation); *dedicated*, the engine-core process sees
+only the last ``inference_gpus`` GPUs of the allocation (``CUDA_VISIBLE_DEVICES`` while it starts) and
+weights go over NCCL to the trainer's address in the allocation (:func:`transfer_address`). Before the
+engine starts, :func:`check_gpu_memory` does vLLM's own start-up check (free memory >=
+``gpu_memory_utilization`` x total memory, vllm/v1/worker/utils.py) with an error that names the key.
+
 Names are the learner's Hugging Face names. A released Qwen3.5 checkpoint is a vision-language
 ``Qwen3_5ForConditionalGeneration``: the learner holds its text model (``model.layers.*``, see
 :mod:`wmrl.models.loading`), and vLLM, serving the whole checkpoint, expects the checkpoint's names
@@ -29,11 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -103,10 +113,65 @@ def _on(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
+def transfer_address() -> str:
+    """The trainer's address for the NCCL weight transfer, as the vLLM workers reach it: ``MASTER_ADDR``
+    when the launch sets it, else this node's name in the Slurm allocation (``SLURMD_NODENAME``), else
+    this host's fully qualified name. Never a loopback address: vLLM may run on another node."""
+    for name in ("MASTER_ADDR", "SLURMD_NODENAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return socket.getfqdn()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
+
+
+def check_gpu_memory(utilization: float, devices: Sequence[int],
+                     key: str = "generation.vllm.gpu_memory_utilization") -> None:
+    """vLLM's start-up check, up front and with the key named: on each of ``devices`` it reserves
+    ``utilization`` of the GPU's *total* memory and refuses to start when less than that is free."""
+    for device in devices:
+        free, total = torch.cuda.mem_get_info(device)
+        needed = math.ceil(total * utilization)
+        if free < needed:
+            gib = 2.0**30
+            raise ValueError(
+                f"{key}={utilization} reserves {needed / gib:.1f} GiB ({utilization} of GPU {device}'s total "
+                f"{total / gib:.1f} GiB; the fraction is of the total, not of the free memory), but only "
+                f"{free / gib:.1f} GiB is free and vLLM refuses to start below it. Lower it to at most "
+                f"{math.floor(free / total * 100) / 100:.2f}, or free the GPU (colocated: the learner's states "
+                "must be in host memory before vLLM starts)")
+
+
+def inference_devices(cfg: VLLMConfig) -> list[int]:
+    """This process's CUDA indices vLLM runs on: the learner's (the current device) colocated, the last
+    ``inference_gpus`` of the visible GPUs dedicated."""
+    if cfg.placement != "dedicated":
+        return [torch.cuda.current_device()]
+    count = torch.cuda.device_count()
+    if count <= cfg.inference_gpus:
+        raise ValueError(f"generation.vllm.placement=dedicated with inference_gpus={cfg.inference_gpus} needs more "
+                         f"GPUs than that in the allocation (the learner keeps the others); {count} visible")
+    return list(range(count - cfg.inference_gpus, count))
+
+
+@contextlib.contextmanager
+def _visible_to_children(devices: Sequence[int]) -> Iterator[None]:
+    """``CUDA_VISIBLE_DEVICES`` narrowed to ``devices`` for the processes started meanwhile (vLLM's engine
+    core and workers); this process's CUDA context, already made, keeps seeing every GPU."""
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    physical = [g for g in (before or "").split(",") if g.strip()] or [str(i) for i in range(max(devices) + 1)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(physical[d] for d in devices)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 def _in_thread(fn: Callable[[], Any]) -> Callable[[], None]:
@@ -142,9 +207,11 @@ def _metadata(named: list[tuple[str, torch.Tensor]]) -> dict[str, list[Any]]:
 class VLLMGenerator:
     """A :class:`~wmrl.generation.base.Generator` on an offline ``vllm.LLM``."""
 
-    def __init__(self, path: str, cfg: VLLMConfig, colocated: bool = True, seed: int = 0) -> None:
+    def __init__(self, path: str, cfg: VLLMConfig, colocated: bool | None = None, seed: int = 0) -> None:
         from wmrl.models.loading import load_tokenizer
 
+        if colocated is None:
+            colocated = cfg.placement == "colocated"
         self.transfer = resolve_transfer(cfg.weight_transfer, colocated)
         if self.transfer == "ipc" and cfg.tensor_parallel_size > 1:
             raise ValueError("weight transfer by CUDA IPC needs tensor_parallel_size=1 (the handles are of the "
@@ -156,18 +223,26 @@ class VLLMGenerator:
         self.release = vllm_release(vllm)
         weight_transfer = _module("vllm.config").WeightTransferConfig(backend=self.transfer)
         self.tp = cfg.tensor_parallel_size
-        self.llm = vllm.LLM(
-            model=path,
-            tokenizer=path,
-            dtype=cfg.dtype,
-            seed=seed,
-            tensor_parallel_size=cfg.tensor_parallel_size,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            max_model_len=cfg.max_model_len,
-            enforce_eager=cfg.enforce_eager,
-            enable_prefix_caching=cfg.enable_prefix_caching,
-            weight_transfer_config=weight_transfer,
-        )
+        # Sleep mode (vLLM's cumem allocator) only where the engine takes turns with the learner.
+        self.sleeps = colocated and cfg.placement == "colocated" and cfg.sleep_level > 0
+        self.sleep_level = cfg.sleep_level
+        devices = inference_devices(cfg)
+        check_gpu_memory(cfg.gpu_memory_utilization, devices)
+        visible = _visible_to_children(devices) if cfg.placement == "dedicated" else contextlib.nullcontext()
+        with visible:
+            self.llm = vllm.LLM(
+                model=path,
+                tokenizer=path,
+                dtype=cfg.dtype,
+                seed=seed,
+                tensor_parallel_size=cfg.tensor_parallel_size,
+                gpu_memory_utilization=cfg.gpu_memory_utilization,
+                max_model_len=cfg.max_model_len,
+                enforce_eager=cfg.enforce_eager,
+                enable_prefix_caching=cfg.enable_prefix_caching,
+                enable_sleep_mode=self.sleeps,
+                weight_transfer_config=weight_transfer,
+            )
         self.tokenizer = load_tokenizer(path)
         self.stop_ids = stop_token_ids(self.tokenizer)
         self.composite = is_composite(path)
@@ -205,6 +280,16 @@ class VLLMGenerator:
         return Generation(token_ids=ids, logprobs=logprobs, text=completion.text,
                           finish_reason="stop" if stopped else "length", seconds=seconds)
 
+    def sleep(self) -> None:
+        """Free the GPU for the learner: ``LLM.sleep(level)`` (level 1: weights to host memory, KV cache
+        discarded; level 2: both discarded). vLLM clears its prefix cache as it sleeps."""
+        self.llm.sleep(level=self.sleep_level)
+
+    def wake_up(self, tags: Sequence[str]) -> None:
+        """``LLM.wake_up(tags)``: ``["weights"]`` before a weight update, ``["kv_cache"]`` before generating
+        (both are needed before the engine serves again)."""
+        self.llm.wake_up(tags=list(tags))
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         named = [(checkpoint_name(name, self.composite), tensor.detach().contiguous())
                  for name, tensor in named_tensors]
@@ -233,7 +318,7 @@ class VLLMGenerator:
 
     def _init_nccl(self, device: torch.device) -> None:
         common = _module("vllm.distributed.weight_transfer.nccl_common")
-        address, port, world = "127.0.0.1", _free_port(), self.tp + 1  # trainer + one rank per vLLM worker
+        address, port, world = transfer_address(), _free_port(), self.tp + 1  # trainer + one rank per vLLM worker
         init_info: dict[str, Any] = {"master_address": address, "master_port": port, "rank_offset": 1,
                                      "world_size": world}
         if self.release >= NCCL_PACKED_AT_INIT:

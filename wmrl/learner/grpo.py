@@ -159,6 +159,23 @@ class GRPOLearner:
             "learner/peak_memory_mb": peak_mb,
         }
 
+    # ------------------------------------------------------------------ colocated placement
+    def offload_states(self) -> None:
+        """Move the model, its gradients and optimizer states (DeepSpeed's ``offload_states``) and the
+        reference model to host memory, freeing the GPU for a colocated vLLM (wmrl/generation/colocation.py)."""
+        if not hasattr(self.engine.optimizer, "offload_states"):
+            raise ValueError(f"generation.vllm.placement=colocated offloads the learner's states with DeepSpeed's "
+                             f"offload_states, which needs learner.zero_stage >= 1 (got {self.cfg.zero_stage})")
+        self.engine.offload_states()
+        if self.reference is not None:
+            self.reference.to("cpu")
+
+    def reload_states(self) -> None:
+        """Bring back what :meth:`offload_states` moved to host memory."""
+        self.engine.reload_states()
+        if self.reference is not None:
+            self.reference.to(self.device)
+
     # ------------------------------------------------------------------ weights and checkpoints
     def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full (gathered) parameters by their Hugging Face names, for ``Generator.update_weights``.

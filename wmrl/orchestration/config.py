@@ -51,6 +51,11 @@ class LaunchConfig:
     coordinator_mem_gb: float = 0.0
     # Per array task (one worker = one anchor execution at a time).
     worker_gpus: int = 0
+    # Anchor executions sharing one GPU (each a worker slot told its 1/N share: CUDA_VISIBLE_DEVICES,
+    # WMRL_GPU_FRACTION, WMRL_GPU_MEMORY_MB; see wmrl/orchestration/gpu_share.py). An array task runs
+    # executions_per_gpu * worker_gpus slots, so the array has ceil(workers / that) tasks; each
+    # execution is counted as 1/executions_per_gpu of a GPU in the cost accounting.
+    executions_per_gpu: int = 1
     worker_cpus: int = 1
     worker_mem_gb: float = 0.0
     # The array's "%" throttle: at most this many worker tasks run at once (0 = all of them).
@@ -101,7 +106,8 @@ class LaunchConfig:
         self._validate_slurm(prefix)
 
     def _validate_slurm(self, prefix: str) -> None:
-        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus"):
+        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus",
+                     "executions_per_gpu"):
             check_range(f"{prefix}.{name}", getattr(self, name), 1)
         for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",
                      "max_requeues", "coordinator_mem_gb", "worker_mem_gb"):

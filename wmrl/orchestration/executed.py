@@ -62,7 +62,7 @@ def to_feedback(key: str, record: ExecutionOutcomeRecord | None) -> Feedback:
     if record is None:  # missed the deadline (cancelled)
         return Feedback(key, NO_RESULT, None, False, "failed", details={"error": "no result by the deadline"})
     if record.status != "done" or record.score is None:
-        return Feedback(key, NO_RESULT, None, False, "failed", record.exec_seconds,
+        return Feedback(key, NO_RESULT, None, False, "failed", gpu_seconds(record),
                         details={"error": record.error, "request_id": record.request_id})
     outcome: dict[str, Any] = record.outcome
     grade = outcome.get("grade") or {}
@@ -70,5 +70,11 @@ def to_feedback(key: str, record: ExecutionOutcomeRecord | None) -> Feedback:
     text = outcome.get("feedback") or outcome.get("stdout_tail") or ""
     valid = bool(grade.get("valid", record.score > 0.0))
     status = str(result.get("status") or outcome.get("status") or "ok")
-    return Feedback(key, text, float(record.score), valid, status, record.exec_seconds,
+    return Feedback(key, text, float(record.score), valid, status, gpu_seconds(record),
                     details={"request_id": record.request_id, "worker_id": record.worker_id, **outcome})
+
+
+def gpu_seconds(record: ExecutionOutcomeRecord) -> float:
+    """The execution's cost: its measured seconds, times its GPU share when several executions shared
+    the GPU (``launch.executions_per_gpu``; the worker records ``gpu_fraction``)."""
+    return record.exec_seconds * float(record.outcome.get("gpu_fraction", 1.0))

@@ -29,6 +29,7 @@ from typing import Any, Protocol, Self
 
 from wmrl.io import read_json
 from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.gpu_share import slot_env, visible_gpus
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest, InvalidResult
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.spool import SWEEP_EVERY_S, LeaseWatch, Spool, visible_names
@@ -192,22 +193,29 @@ def throughput_per_min(spool: Spool, newest: int = 500) -> float:
 class LocalExecutor:
     """N ``wmrl worker`` processes on this machine, on the run's spool: the same workers as on Slurm.
 
-    ``work`` names the work factory (``module:attr``, see :mod:`wmrl.orchestration.work`).
+    ``work`` names the work factory (``module:attr``, see :mod:`wmrl.orchestration.work`). With
+    ``executions_per_gpu`` > 1 and visible GPUs, worker ``i`` is a slot on GPU ``i // executions_per_gpu``
+    told its share (:mod:`wmrl.orchestration.gpu_share`).
     """
 
     def __init__(self, run: RunDir, workers: int, work: str = DEFAULT_WORK,
-                 idle_timeout_s: float | None = None, env: dict[str, str] | None = None) -> None:
+                 idle_timeout_s: float | None = None, env: dict[str, str] | None = None,
+                 executions_per_gpu: int = 1, worker_id_prefix: str = "") -> None:
         self.run_dir = run
         self.n = workers
         self.work = work
         self.idle_timeout_s = idle_timeout_s
         self.env = env
+        self.executions_per_gpu = executions_per_gpu
+        self.worker_id_prefix = worker_id_prefix
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def command(self) -> list[str]:
+    def command(self, i: int = 0) -> list[str]:
         cmd = [sys.executable, "-m", "wmrl.cli.main", "worker", str(self.run_dir.path), "--work", self.work]
         if self.idle_timeout_s is not None:
             cmd += ["--idle-timeout", str(self.idle_timeout_s)]
+        if self.worker_id_prefix:  # slots of one Slurm array task: the task's id plus the slot
+            cmd += ["--worker-id", f"{self.worker_id_prefix}-s{i}"]
         return cmd
 
     def start(self) -> None:
@@ -215,8 +223,11 @@ class LocalExecutor:
 
     def _spawn(self, i: int) -> subprocess.Popen[bytes]:
         env = {**os.environ, **(self.env or {})}
-        with open(self.run_dir.logs / f"local-worker-{i}.stderr", "ab") as err:
-            return subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=err, env=env,
+        if self.executions_per_gpu > 1:
+            env.update(slot_env(i, visible_gpus(env), self.executions_per_gpu))
+        name = f"{self.worker_id_prefix}-s{i}" if self.worker_id_prefix else str(i)
+        with open(self.run_dir.logs / f"local-worker-{name}.stderr", "ab") as err:
+            return subprocess.Popen(self.command(i), stdout=subprocess.DEVNULL, stderr=err, env=env,
                                     start_new_session=True)
 
     def revive(self) -> None:

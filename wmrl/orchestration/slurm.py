@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +31,7 @@ from typing import Any
 from wmrl.config import WMRLConfig, load_config
 from wmrl.config_checks import ConfigError
 from wmrl.io import atomic_write_json, read_json
+from wmrl.orchestration.gpu_share import array_tasks, slots_per_task, visible_gpus
 from wmrl.orchestration.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -147,8 +150,9 @@ def load_jobs(run: RunDir) -> list[JobRecord]:
 
 
 def submit_workers(cfg: WMRLConfig, run: RunDir, n_tasks: int | None = None) -> str:
-    """Submit one array job of ``n_tasks`` (default ``launch.workers``) long-lived workers."""
-    n = cfg.launch.workers if n_tasks is None else n_tasks
+    """Submit one array job of ``n_tasks`` long-lived worker tasks (default: enough for ``launch.workers``
+    executions at once, ``launch.executions_per_gpu`` of them on each GPU of a task)."""
+    n = array_tasks(cfg.launch) if n_tasks is None else n_tasks
     executor = slurm_executor(cfg, run, WORKERS)
     with clean_slurm_environment():
         jobs = executor.map_array(run_worker_task, [str(run.path)] * n, [cfg.launch.work] * n)
@@ -165,12 +169,34 @@ def run_worker_task(run_dir: str, work: str) -> dict[str, Any]:
     run = RunDir.open(run_dir)
     cfg = load_config(run.config_path)
     worker_id = default_worker_id()
+    if slots_per_task(cfg.launch) > 1 and visible_gpus():
+        return run_worker_slots(run, cfg, work, worker_id)
     root = logging.getLogger("wmrl")
     root.setLevel(logging.INFO)
     root.addHandler(worker_log_handler(run, worker_id))
     worker = Worker(run, load_work(work, run), cfg.launch, worker_id)
     worker.run()
     return {"worker_id": worker_id, "exit_reason": worker.exit_reason, **worker.counts}
+
+
+def run_worker_slots(run: RunDir, cfg: WMRLConfig, work: str, task_id: str) -> dict[str, Any]:
+    """An array task whose GPUs several executions share: one ``wmrl worker`` process per slot, each on
+    its GPU and told its share; Slurm's stop signals are passed on, so each slot releases its claim."""
+    from wmrl.orchestration.service import LocalExecutor
+
+    slots = LocalExecutor(run, slots_per_task(cfg.launch), work=work,
+                          executions_per_gpu=cfg.launch.executions_per_gpu, worker_id_prefix=task_id)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    slots.start()
+    try:
+        while slots.alive() and not stop.wait(1.0):
+            pass
+    finally:
+        slots.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return {"worker_id": task_id, "slots": slots.n, "exit_reason": "stopped" if stop.is_set() else "slots exited"}
 
 
 # --------------------------------------------------------------------------- querying / cancelling

@@ -25,6 +25,7 @@ from typing import Any
 
 from wmrl.io import atomic_write_json
 from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.gpu_share import gpu_fraction
 from wmrl.orchestration.health import coordinator_health
 from wmrl.orchestration.records import ExecutionOutcomeRecord, check_id, check_score, sanitize_id
 from wmrl.orchestration.rundir import RunDir, host_name, slurm_identity
@@ -73,6 +74,7 @@ class Worker:
         self._in_work = False
         self._current: Claim | None = None
         self._started_at = time.time()
+        self.gpu_fraction = gpu_fraction()
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
@@ -151,6 +153,8 @@ class Worker:
             payload = self.work(claim.request)
             self._in_work = False
             score = check_score(payload.get("score") if isinstance(payload, dict) else None)
+            if self.gpu_fraction is not None:  # a slot sharing its GPU: counted at its share (gpu_share.py)
+                payload = {**payload, "gpu_fraction": self.gpu_fraction}
             json.dumps(payload, allow_nan=False)  # publishable, or it counts as an error now
         except Exception as err:
             self._in_work = False

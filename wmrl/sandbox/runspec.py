@@ -158,12 +158,17 @@ def sandbox_env(
     return env
 
 
+# A worker slot's GPU share (wmrl.orchestration.gpu_share sets them), passed on to a GPU execution.
+GPU_SHARE_VARS = ("WMRL_GPU_FRACTION", "WMRL_GPU_MEMORY_MB", "TF_FORCE_GPU_ALLOW_GROWTH", "PYTORCH_CUDA_ALLOC_CONF")
+
+
 def gpu_env(limits: SandboxLimits) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES inside: hidden without GPUs, the worker's assignment with them."""
+    """CUDA_VISIBLE_DEVICES inside: hidden without GPUs, the worker's assignment with them (and its
+    share of the GPU when several executions share it: launch.executions_per_gpu)."""
     if limits.gpus <= 0:
         return {"CUDA_VISIBLE_DEVICES": ""}
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
+    env = {name: os.environ[name] for name in ("CUDA_VISIBLE_DEVICES", *GPU_SHARE_VARS) if os.environ.get(name)}
+    return env
 
 
 def resolve_dirs(public_dir: Path, work_dir: Path) -> tuple[Path, Path]:

@@ -37,6 +37,7 @@ from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import WMRLConfig
 from wmrl.evaluation import EvalReport, evaluate_split
 from wmrl.loop import LoopShell
+from wmrl.models.kernels import log_kernels
 from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
 from wmrl.step import PHASES, StepResult
@@ -59,6 +60,7 @@ class LLMTrainer:
         import torch
 
         from wmrl.agent.policy import AgentPolicy
+        from wmrl.generation.colocation import place
         from wmrl.generation.factory import build_generator
         from wmrl.learner.grpo import GRPOLearner
         from wmrl.sft.data import run_context
@@ -91,8 +93,11 @@ class LLMTrainer:
         overviews = {t.task_id: task_overview(t) for t in every}
         agent_ctx, _, runtime = run_context(cfg)
 
-        self.learner = GRPOLearner(cfg.learner, self.model_path)
-        self.generator = build_generator(self.model_path, cfg.generation, cfg.model.dtype)
+        learner = GRPOLearner(cfg.learner, self.model_path)
+        log_kernels(learner.engine.module)
+        # generation.vllm.placement: colocated vLLM takes turns with the learner on its GPU (colocation.py)
+        self.learner, self.generator = place(
+            learner, lambda: build_generator(self.model_path, cfg.generation, cfg.model.dtype), cfg.generation)
         self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
         self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
         self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
