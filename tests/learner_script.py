@@ -35,9 +35,19 @@ def main() -> None:
     parser.add_argument("--ckpt-root", default="")
     parser.add_argument("--save-after", type=int, default=0)  # checkpoint after this many updates
     parser.add_argument("--resume", default="")  # checkpoint directory to start from
+    parser.add_argument("--offload-optimizer", action="store_true")
+    parser.add_argument("--offload-params", action="store_true")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    # ZeRO-3: partition every parameter of the tiny model (DeepSpeed keeps small ones whole by default)
+    parser.add_argument("--persistence-threshold", type=int, default=100_000)
+    parser.add_argument("--bucket-mb", type=float, default=512.0)
+    parser.add_argument("--sync-out", default="")  # where rank 0 writes the bucketed weight sync's tensors
     args = parser.parse_args()
 
-    cfg = LearnerConfig(lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro)
+    cfg = LearnerConfig(lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro,
+                        offload_optimizer=args.offload_optimizer, offload_params=args.offload_params,
+                        gradient_checkpointing=args.gradient_checkpointing,
+                        zero3_persistence_threshold=args.persistence_threshold, weight_sync_bucket_mb=args.bucket_mb)
     learner = GRPOLearner(cfg, args.model)
     start = learner.load_checkpoint(args.resume) if args.resume else 0
     metrics = []
@@ -47,10 +57,17 @@ def main() -> None:
         metrics.append(learner.update(groups, advantages_of(groups, seed=step), weights / weights.sum()))
         if step == args.save_after:
             learner.save_checkpoint(args.ckpt_root, step)
+    if args.sync_out:  # the weight sync's stream in bf16, from every rank's gathers, kept by rank 0
+        buckets = [dict(bucket) for bucket in learner.weight_buckets(torch.bfloat16)]
+        if learner.rank == 0:
+            torch.save({"buckets": len(buckets), "tensors": {k: v.clone() for b in buckets for k, v in b.items()},
+                        "local_numel": {n: p.data.numel() for n, p in learner.engine.module.named_parameters()}},
+                       args.sync_out)
     params = parameters(learner)
     if learner.rank == 0:
         torch.save(params, args.out)
-        Path(args.out + ".json").write_text(json.dumps({"world_size": learner.world_size, "metrics": metrics}))
+        Path(args.out + ".json").write_text(json.dumps({"world_size": learner.world_size, "metrics": metrics,
+                                                    "optimizer": learner.engine.basic_optimizer.defaults}))
 
 
 if __name__ == "__main__":
