@@ -41,6 +41,7 @@ from wmrl.orchestration.checkpoint import CheckpointStore, Snapshot, read_tree, 
 from wmrl.orchestration.health import EVENTS
 from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.metrics_log import MetricsLog
+from wmrl.orchestration.preflight import check_learner_ranks
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.orchestration.resources import peak_rss_mb
 from wmrl.orchestration.rundir import RunDir
@@ -214,6 +215,8 @@ class Coordinator(submitit.helpers.Checkpointable):
         none (False), or by default a bar on a terminal and a line per step in a job's log."""
         run = RunDir.open(self.run_dir)
         cfg = load_config(run.config_path)
+        check_learner_ranks(cfg)  # a plain sbatch of several tasks gets here without `wmrl launch`
+        os.environ.update(cfg.launch.nccl_env)  # before the learner's process group starts
         handler = _file_log(run)
         lock = RunLock(run.lock_path, cfg.launch.lock_stale_s, cfg.launch.lock_heartbeat_s)
         lock.acquire()  # RunLockHeld: another live coordinator owns this run

@@ -85,9 +85,24 @@ def check_sandbox(cfg: WMRLConfig) -> None:
         raise PreflightError(f"sandbox.backend={cfg.sandbox.backend!r}: {err}") from None
 
 
+def check_learner_ranks(cfg: WMRLConfig) -> None:
+    """One coordinator task per run until the multi-rank coordinator runtime exists (docs/cluster.md):
+    every task would otherwise run the whole coordinator and all but one would stop at the run lock."""
+    launch = cfg.launch
+    ranks = launch.coordinator_nodes * launch.coordinator_tasks_per_node
+    if ranks > 1:
+        raise PreflightError(
+            f"launch.coordinator_nodes={launch.coordinator_nodes} x launch.coordinator_tasks_per_node="
+            f"{launch.coordinator_tasks_per_node} = {ranks} learner ranks: the coordinator runs one rank in "
+            "this version (the learner itself is multi-rank; the follower loop that lets ranks 1.. join "
+            "rank 0's steps is not in yet, docs/cluster.md); set both to 1"
+        )
+
+
 def preflight(cfg: WMRLConfig) -> None:
     """Everything that can be checked before a run directory is created or a job is queued."""
     check_runs_root(cfg.runs_root, cfg.run_dir)
     check_trainer(cfg.trainer)
     check_tasks_root(cfg)
     check_sandbox(cfg)
+    check_learner_ranks(cfg)
