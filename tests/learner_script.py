@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_support import advantages_of, make_groups, parameters
 
 from wmrl.learner.config import LearnerConfig
+from wmrl.learner.follower import follow, lead
 from wmrl.learner.grpo import GRPOLearner
 
 
@@ -41,6 +43,7 @@ def main() -> None:
     # ZeRO-3: partition every parameter of the tiny model (DeepSpeed keeps small ones whole by default)
     parser.add_argument("--persistence-threshold", type=int, default=100_000)
     parser.add_argument("--bucket-mb", type=float, default=512.0)
+    parser.add_argument("--follow", action="store_true")  # ranks 1.. follow rank 0 instead of running the loop
     parser.add_argument("--sync-out", default="")  # where rank 0 writes the bucketed weight sync's tensors
     args = parser.parse_args()
 
@@ -48,7 +51,13 @@ def main() -> None:
                         offload_optimizer=args.offload_optimizer, offload_params=args.offload_params,
                         gradient_checkpointing=args.gradient_checkpointing,
                         zero3_persistence_threshold=args.persistence_threshold, weight_sync_bucket_mb=args.bucket_mb)
-    learner = GRPOLearner(cfg, args.model)
+    if args.follow:  # rank 0 leads, the other ranks only repeat its calls (wmrl/learner/follower.py)
+        if int(os.environ["RANK"]) != 0:
+            follow(cfg)
+            return
+        learner = lead(cfg, args.model)
+    else:
+        learner = GRPOLearner(cfg, args.model)
     start = learner.load_checkpoint(args.resume) if args.resume else 0
     metrics = []
     for step in range(start + 1, args.updates + 1):
@@ -64,6 +73,8 @@ def main() -> None:
                         "local_numel": {n: p.data.numel() for n, p in learner.engine.module.named_parameters()}},
                        args.sync_out)
     params = parameters(learner)
+    if args.follow:
+        learner.release()
     if learner.rank == 0:
         torch.save(params, args.out)
         Path(args.out + ".json").write_text(json.dumps({"world_size": learner.world_size, "metrics": metrics,

@@ -59,15 +59,14 @@ def test_plain_sbatch_lines_carry_each_jobs_shape_and_options(tmp_path):
 
 
 def test_no_submit_prints_the_options_of_each_job_on_its_own_sbatch_line(tmp_path):
-    one_rank = [*SHAPE, "launch.coordinator_nodes=1", "launch.coordinator_tasks_per_node=1"]
     config = tmp_path / "shape.yaml"
-    config.write_text(to_yaml(dry_config(tmp_path, "plain", 1, *one_rank)))
+    config.write_text(to_yaml(dry_config(tmp_path, "plain", 1, *SHAPE, "trainer=llm")))
     done = subprocess.run([sys.executable, "-m", "wmrl.cli.main", "launch", str(config), "--no-submit"], cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
     run_dir = tmp_path / "plain"
-    assert ("sbatch --gpus-per-node=4 --constraint=a100 --exclusive --mem=0 "
+    assert ("sbatch --nodes=2 --ntasks-per-node=4 --gpus-per-node=4 --constraint=a100 --exclusive --mem=0 "
             f"slurm/templates/coordinator.sbatch {run_dir}") in done.stdout
     assert f"sbatch --array=0-1 --constraint=a100 --mem=40G slurm/templates/workers.sbatch {run_dir}" in done.stdout
 
@@ -103,10 +102,11 @@ def test_nccl_env_is_a_mapping_of_nccl_variables(tmp_path):
     assert cfg.launch.nccl_env == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5"}
 
 
-def test_several_coordinator_ranks_are_refused_before_submission_until_the_runtime_has_followers(tmp_path):
+def test_several_coordinator_ranks_need_a_trainer_with_a_learner(tmp_path):
     cfg = dry_config(tmp_path, "ranks", 1, "launch.coordinator_tasks_per_node=2")
-    with pytest.raises(PreflightError, match="= 2 learner ranks"):
+    with pytest.raises(PreflightError, match=r"\(2 tasks\) are learner ranks, but trainer='dry'"):
         check_learner_ranks(cfg)
+    check_learner_ranks(dry_config(tmp_path, "llm", 1, "launch.coordinator_tasks_per_node=2", "trainer=llm"))
 
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="needs scontrol")

@@ -115,3 +115,33 @@ def test_offloaded_zero3_resumes_from_its_partitioned_checkpoint_bit_identically
         assert torch.equal(straight[name], resumed[name]), name
     assert resumed_meta["metrics"][0]["learner/loss"] == straight_meta["metrics"][1]["learner/loss"]
     assert straight_meta["optimizer"]["fused"] is True  # torch's fused AdamW, stepping on the host
+
+
+def _without_timing(metrics: list[dict]) -> list[dict]:
+    return [{k: v for k, v in m.items() if k not in ("learner/seconds", "learner/peak_memory_mb")} for m in metrics]
+
+
+def test_followers_repeat_rank0s_update_sync_and_checkpoint_calls(model_dir: Path, zero3: Path, tmp_path: Path) -> None:
+    """Rank 1 runs no loop of its own: it gets each step's batch, the sync and the save from rank 0
+    (wmrl/learner/follower.py), and the run is the data-parallel run where both ranks call them."""
+    _run(["--model", str(model_dir), *ZERO3, *SGD, "--follow", "--out", str(tmp_path / "led.pt"),
+          "--ckpt-root", str(tmp_path / "ckpts"), "--save-after", "2", "--bucket-mb", "0.01",
+          "--sync-out", str(tmp_path / "sync.pt")], ranks=2)
+    led, led_meta = _load(tmp_path / "led.pt")
+    both, both_meta = _load(zero3 / "two.pt")
+    for name in both:
+        assert torch.equal(led[name], both[name]), name
+    assert _without_timing(led_meta["metrics"]) == _without_timing(both_meta["metrics"])
+    synced, reference = torch.load(tmp_path / "sync.pt"), torch.load(zero3 / "sync.pt")
+    assert all(torch.equal(synced["tensors"][k], v) for k, v in reference["tensors"].items())
+    assert len(list((tmp_path / "ckpts" / "step-00000002").glob("*zero_pp_rank_*optim_states.pt"))) == 2
+
+
+def test_followers_load_the_checkpoint_rank0_resumes_from(model_dir: Path, zero3: Path, tmp_path: Path) -> None:
+    # No update after the resume: the gathered weights are the checkpoint's only if every rank loaded its partition.
+    _run(["--model", str(model_dir), *ZERO3, *SGD, "--follow", "--out", str(tmp_path / "resumed.pt"),
+          "--resume", str(zero3 / "ckpts" / "step-00000002")], ranks=2)
+    resumed, _ = _load(tmp_path / "resumed.pt")
+    trained, _ = _load(zero3 / "two.pt")
+    for name in trained:
+        assert torch.equal(resumed[name], trained[name]), name

@@ -85,17 +85,16 @@ def check_sandbox(cfg: WMRLConfig) -> None:
         raise PreflightError(f"sandbox.backend={cfg.sandbox.backend!r}: {err}") from None
 
 
-def check_learner_ranks(cfg: WMRLConfig) -> None:
-    """One coordinator task per run until the multi-rank coordinator runtime exists (docs/cluster.md):
-    every task would otherwise run the whole coordinator and all but one would stop at the run lock."""
+def check_learner_ranks(cfg: WMRLConfig, ranks: int | None = None) -> None:
+    """Several coordinator tasks are learner ranks: only the LLM trainer has a learner for ranks 1.. to
+    follow (``ranks``: the tasks really started; by default the config's)."""
     launch = cfg.launch
-    ranks = launch.coordinator_nodes * launch.coordinator_tasks_per_node
-    if ranks > 1:
+    ranks = launch.coordinator_nodes * launch.coordinator_tasks_per_node if ranks is None else ranks
+    if ranks > 1 and cfg.trainer != "llm":
         raise PreflightError(
             f"launch.coordinator_nodes={launch.coordinator_nodes} x launch.coordinator_tasks_per_node="
-            f"{launch.coordinator_tasks_per_node} = {ranks} learner ranks: the coordinator runs one rank in "
-            "this version (the learner itself is multi-rank; the follower loop that lets ranks 1.. join "
-            "rank 0's steps is not in yet, docs/cluster.md); set both to 1"
+            f"{launch.coordinator_tasks_per_node} ({ranks} tasks) are learner ranks, but trainer={cfg.trainer!r} "
+            "has no learner for them to join; set both to 1, or trainer=llm"
         )
 
 

@@ -63,6 +63,13 @@ def clean_slurm_environment() -> Iterator[None]:
         yield
 
 
+def task_rank() -> int:
+    """This process's rank among the tasks of its Slurm job step (0 outside Slurm or in a one-task step)."""
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return int(os.environ.get("SLURM_PROCID", "0"))
+    return 0
+
+
 # --------------------------------------------------------------------------- executors
 
 

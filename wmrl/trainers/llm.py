@@ -61,7 +61,7 @@ class LLMTrainer:
 
         from wmrl.agent.policy import AgentPolicy
         from wmrl.generation.factory import build_generator
-        from wmrl.learner.grpo import GRPOLearner
+        from wmrl.learner.follower import lead
         from wmrl.sft.data import run_context
         from wmrl.sft.pipeline import pinned_initial_policy
         from wmrl.tasks.overview import task_overview
@@ -89,7 +89,8 @@ class LLMTrainer:
         overviews = {t.task_id: task_overview(t) for t in every}
         agent_ctx, _, runtime = run_context(cfg)
 
-        self.learner = GRPOLearner(cfg.learner, self.model_path)
+        # Rank 0 of several learner ranks leads them (the others follow, wmrl/learner/follower.py).
+        self.learner = lead(cfg.learner, self.model_path)
         self.generator = build_generator(self.model_path, cfg.generation, cfg.model.dtype)
         self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
         self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
