@@ -21,7 +21,9 @@ from wmrl.learner.export import consolidated_state_dict
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 # Plain SGD with lr 1: the update is the clipped gradient itself, comparable at fp32 tolerance.
-SGD = ["--updates", "2", "--micro", "2", "--optimizer", "sgd", "--lr", "1.0"]
+# 3 groups of 3: 9 trajectories, so in each update one rank has a micro-batch fewer and runs the idle
+# pass (through the policy and the ZeRO-3 reference engine, whose gathers need every rank).
+SGD = ["--updates", "2", "--micro", "2", "--n", "3", "--optimizer", "sgd", "--lr", "1.0"]
 ZERO3 = ["--zero-stage", "3", "--persistence-threshold", "0"]
 
 
@@ -32,7 +34,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def one_rank(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One rank without ZeRO, all 12 trajectories accumulated over 6 micro-batches."""
+    """One rank without ZeRO, all 9 trajectories accumulated over 5 micro-batches."""
     out = tmp_path_factory.mktemp("one") / "one.pt"
     _run(["--model", str(model_dir), "--zero-stage", "0", *SGD, "--out", str(out)])
     return out
@@ -60,7 +62,8 @@ def _assert_same_update(one_path: Path, two_path: Path) -> None:
     one, one_meta = _load(one_path)
     two, two_meta = _load(two_path)
     assert (one_meta["world_size"], two_meta["world_size"]) == (1, 2)
-    assert [m["learner/micro_batches"] for m in two_meta["metrics"]] == [3, 3]
+    assert [m["learner/micro_batches"] for m in one_meta["metrics"]] == [5, 5]
+    assert [m["learner/micro_batches"] for m in two_meta["metrics"]] == [3, 3]  # 5 + 4 rows: one idle pass
     for a, b in zip(one_meta["metrics"], two_meta["metrics"], strict=True):
         assert a["learner/tokens"] == b["learner/tokens"]
         assert a["learner/loss"] == pytest.approx(b["learner/loss"], rel=1e-5, abs=1e-7)
