@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--updates", type=int, default=1)
     parser.add_argument("--groups", type=int, default=3)
-    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--n", "--group-size", dest="n", type=int, default=4)  # torchrun takes "--n" for its own
     parser.add_argument("--gen-len", type=int, nargs=2, default=(3, 14))
     parser.add_argument("--ckpt-root", default="")
     parser.add_argument("--save-after", type=int, default=0)  # checkpoint after this many updates

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 # Plain SGD with lr 1: the update is the clipped gradient itself, comparable at fp32 tolerance.
 # 3 groups of 3: 9 trajectories, so in each update one rank has a micro-batch fewer and runs the idle
 # pass (through the policy and the ZeRO-3 reference engine, whose gathers need every rank).
-SGD = ["--updates", "2", "--micro", "2", "--n", "3", "--optimizer", "sgd", "--lr", "1.0"]
+SGD = ["--updates", "2", "--micro", "2", "--group-size", "3", "--optimizer", "sgd", "--lr", "1.0"]
 ZERO3 = ["--zero-stage", "3", "--persistence-threshold", "0"]
 
 

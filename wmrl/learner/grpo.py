@@ -178,10 +178,12 @@ class GRPOLearner:
     def _idle_loss(self) -> torch.Tensor:
         """A zero loss through the whole model, for a rank with fewer micro-batches than the others."""
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
-        if self.reference is not None and self.cfg.zero_stage == 3:  # its forward gathers: join it too
+        logits = self.engine(input_ids=ids).logits
+        if self.reference is not None and self.cfg.zero_stage == 3:
+            # Its forward gathers too: join it, in the busy ranks' order (policy, then reference).
             with torch.no_grad():
                 self.reference(input_ids=ids)
-        return self.engine(input_ids=ids).logits.sum() * 0.0
+        return logits.sum() * 0.0
 
     def _metrics(
         self, sums: torch.Tensor, ratio_max: torch.Tensor, n_rows: int, n_micro: int,
