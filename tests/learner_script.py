@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_support import advantages_of, make_groups, parameters
 
 from wmrl.learner.config import LearnerConfig
+from wmrl.learner.follower import follow, lead
 from wmrl.learner.grpo import GRPOLearner
 
 
@@ -30,15 +32,32 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--updates", type=int, default=1)
     parser.add_argument("--groups", type=int, default=3)
-    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--n", "--group-size", dest="n", type=int, default=4)  # torchrun takes "--n" for its own
     parser.add_argument("--gen-len", type=int, nargs=2, default=(3, 14))
     parser.add_argument("--ckpt-root", default="")
     parser.add_argument("--save-after", type=int, default=0)  # checkpoint after this many updates
     parser.add_argument("--resume", default="")  # checkpoint directory to start from
+    parser.add_argument("--offload-optimizer", action="store_true")
+    parser.add_argument("--offload-params", action="store_true")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    # ZeRO-3: partition every parameter of the tiny model (DeepSpeed keeps small ones whole by default)
+    parser.add_argument("--persistence-threshold", type=int, default=100_000)
+    parser.add_argument("--bucket-mb", type=float, default=512.0)
+    parser.add_argument("--follow", action="store_true")  # ranks 1.. follow rank 0 instead of running the loop
+    parser.add_argument("--sync-out", default="")  # where rank 0 writes the bucketed weight sync's tensors
     args = parser.parse_args()
 
-    cfg = LearnerConfig(lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro)
-    learner = GRPOLearner(cfg, args.model)
+    cfg = LearnerConfig(lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro,
+                        offload_optimizer=args.offload_optimizer, offload_params=args.offload_params,
+                        gradient_checkpointing=args.gradient_checkpointing,
+                        zero3_persistence_threshold=args.persistence_threshold, weight_sync_bucket_mb=args.bucket_mb)
+    if args.follow:  # rank 0 leads, the other ranks only repeat its calls (wmrl/learner/follower.py)
+        if int(os.environ["RANK"]) != 0:
+            follow(cfg)
+            return
+        learner = lead(cfg, args.model)
+    else:
+        learner = GRPOLearner(cfg, args.model)
     start = learner.load_checkpoint(args.resume) if args.resume else 0
     metrics = []
     for step in range(start + 1, args.updates + 1):
@@ -47,10 +66,19 @@ def main() -> None:
         metrics.append(learner.update(groups, advantages_of(groups, seed=step), weights / weights.sum()))
         if step == args.save_after:
             learner.save_checkpoint(args.ckpt_root, step)
+    if args.sync_out:  # the weight sync's stream in bf16, from every rank's gathers, kept by rank 0
+        buckets = [dict(bucket) for bucket in learner.weight_buckets(torch.bfloat16)]
+        if learner.rank == 0:
+            torch.save({"buckets": len(buckets), "tensors": {k: v.clone() for b in buckets for k, v in b.items()},
+                        "local_numel": {n: p.data.numel() for n, p in learner.engine.module.named_parameters()}},
+                       args.sync_out)
     params = parameters(learner)
+    if args.follow:
+        learner.release()
     if learner.rank == 0:
         torch.save(params, args.out)
-        Path(args.out + ".json").write_text(json.dumps({"world_size": learner.world_size, "metrics": metrics}))
+        Path(args.out + ".json").write_text(json.dumps({"world_size": learner.world_size, "metrics": metrics,
+                                                    "optimizer": learner.engine.basic_optimizer.defaults}))
 
 
 if __name__ == "__main__":

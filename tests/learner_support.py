@@ -16,8 +16,7 @@ PAD, EOS = 0, 1
 
 def tiny_model_dir(path: Path, seed: int = 0) -> Path:
     """A random-init ``Qwen3ForCausalLM`` (vocab 300, 2 layers) + tokenizer saved at ``path``."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen3Config(
@@ -26,11 +25,36 @@ def tiny_model_dir(path: Path, seed: int = 0) -> Path:
         pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None, tie_word_embeddings=False,
     )
     Qwen3ForCausalLM(config).save_pretrained(path)
+    _save_tokenizer(path)
+    return path
+
+
+def tiny_qwen3_5_dir(path: Path, seed: int = 0) -> Path:
+    """A random-init ``Qwen3_5ForCausalLM`` (``qwen3_5_text``: the 4B/9B's hybrid architecture at tiny
+    dimensions, one Gated DeltaNet ``linear_attention`` layer and one ``full_attention`` layer) + tokenizer."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(seed)
+    config = Qwen3_5TextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"], num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_conv_kernel_dim=4, max_position_embeddings=1024,
+        pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None, tie_word_embeddings=False,
+    )
+    Qwen3_5ForCausalLM(config).save_pretrained(path)
+    _save_tokenizer(path)
+    return path
+
+
+def _save_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {f"w{i}": i for i in range(VOCAB)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w2"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="w0", eos_token="w1", unk_token="w2").save_pretrained(path)
-    return path
 
 
 def make_groups(

@@ -354,3 +354,22 @@ def test_the_factory_follows_the_configured_placement(fake_vllm, tiny):
     cfg = GenerationConfig(backend="vllm", vllm=VLLMConfig(placement="dedicated", inference_gpus=1))
     assert build_generator(tiny, cfg).transfer == "nccl"
     assert build_generator(tiny, GenerationConfig(backend="vllm")).transfer == "ipc"
+
+
+def test_an_update_streams_in_chunks_between_one_start_and_one_finish(fake_vllm, tiny, monkeypatch):
+    monkeypatch.setattr(vllm_engine, "SEND_CHUNK_BYTES", 32)  # 8 fp32 values per chunk
+    gen = vllm_engine.VLLMGenerator(str(tiny), VLLMConfig(weight_transfer="nccl"))
+    consumed: list[tuple[str, int]] = []  # (tensor, chunks already sent when the learner produced it)
+
+    def stream():
+        for i in range(3):
+            consumed.append((f"w{i}", names(fake_vllm).count("update_weights")))
+            yield f"model.w{i}", torch.ones(8)
+
+    gen.update_weights(stream())
+    order = names(fake_vllm)[1:]
+    assert order.count("start_weight_update") == 1 and order.count("finish_weight_update") == 1
+    assert order.count("update_weights") == 3 and order.count("broadcast") == 3
+    updates = [a["update_info"]["names"] for n, a in fake_vllm.calls if n == "update_weights"]
+    assert updates == [["model.w0"], ["model.w1"], ["model.w2"]]
+    assert consumed == [("w0", 0), ("w1", 0), ("w2", 1)]  # read lazily: w0 was sent before w2 was made

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -70,3 +71,32 @@ def learner_weights(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def launch_and_requeue(root: Path, model: Path, name: str, overrides: list[str], timeout_s: float = 600,
+                       at_step_1: Callable[[dict[str, str]], None] | None = None) -> Path:
+    """``wmrl launch`` of the micro run on the local Slurm, ``scontrol requeue`` of its coordinator once
+    step 1 is done (``at_step_1(jobs)`` first), then wait for the end; returns the run directory."""
+    from launch_support import progress_step, squeue_gone, wait_until
+
+    from wmrl.configs import TINY_CONFIG
+    from wmrl.orchestration.rundir import RunDir
+    from wmrl.orchestration.slurm import cancel_jobs, load_jobs
+
+    launched = wmrl("launch", str(TINY_CONFIG), *micro_overrides(root, model, name), *overrides)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    run = RunDir(root / name)
+    jobs = {r.kind: r.job_id for r in load_jobs(run)}
+    try:
+        wait_until("step 1", lambda: progress_step(run) >= 1, timeout_s, every_s=0.5)
+        if at_step_1 is not None:
+            at_step_1(jobs)
+        # scontrol requeue (SIGTERM to the coordinator, mid-step 2), then StartTime=now
+        subprocess.run([str(REPO / "slurm" / "requeue-now.sh"), jobs["coordinator"]], check=True, timeout=90)
+        wait_until("the run to finish", run.is_ended, timeout_s, every_s=1)
+    finally:
+        run.mark_ended("test over")
+        wait_until("the jobs to leave the queue", lambda: all(squeue_gone(j) for j in jobs.values()), 180)
+        cancel_jobs(list(jobs.values()))
+    assert run.ended_reason() == "finished"
+    return run.path

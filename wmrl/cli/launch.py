@@ -18,6 +18,7 @@ from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.lock import RunLock, RunLockHeld
 from wmrl.orchestration.preflight import preflight
 from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
+from wmrl.orchestration.slurm import COORDINATOR, WORKERS, sbatch_command_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -98,10 +99,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
     run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group)
     print(f"run dir:  {run_dir.path}")
-    if cfg.trainer == "llm":  # the trainer only reads the pin: resolve it (build it if needed) before it starts
-        from wmrl.sft.pipeline import pinned_initial_policy
-
-        pinned_initial_policy(cfg, run_dir.path)
     if args.no_submit:
         _print_sbatch_commands(cfg, run_dir)
         return 0
@@ -133,10 +130,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_sbatch_commands(cfg: WMRLConfig, run: RunDir) -> None:
     """What starts the run with plain sbatch (slurm/templates/); nothing is submitted here."""
-    print("start:    sbatch slurm/templates/coordinator.sbatch " + str(run.path))
+    coordinator, workers = ("".join(f"{o} " for o in sbatch_command_options(cfg, role)) for role in (COORDINATOR, WORKERS))
+    print(f"start:    sbatch {coordinator}slurm/templates/coordinator.sbatch {run.path}")
     if cfg.launch.executor == "slurm":
         n = cfg.launch.workers
-        print(f"          sbatch --array=0-{n - 1} slurm/templates/workers.sbatch {run.path}")
+        print(f"          sbatch --array=0-{n - 1} {workers}slurm/templates/workers.sbatch {run.path}")
     else:
         print(f"          (launch.executor=local: the coordinator job runs {cfg.launch.workers} worker processes)")
     print(f"watch:    wmrl status {run.path}", flush=True)

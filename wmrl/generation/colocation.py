@@ -114,9 +114,9 @@ class ColocatedLearner:
         self.colocation.for_training()
         return self.inner.update(groups, advantages, weights)
 
-    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def named_parameters(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         self.colocation.for_weight_update()
-        return self.inner.named_parameters()
+        return self.inner.named_parameters(dtype)
 
     def save_checkpoint(self, root: str | Path, step: int) -> Path:
         self.colocation.for_training()

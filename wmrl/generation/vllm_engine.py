@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import math
 import os
 import socket
@@ -54,6 +55,7 @@ from wmrl.generation.hf import request_seeds, stop_token_ids
 
 SUPPORTED_VLLM = ((0, 27), (0, 34))  # [lowest, first unsupported) (major, minor): the `gpu` extra's pin
 NCCL_PACKED_AT_INIT = (0, 28)  # from this release the NCCL `packed` flag is an init_info key
+SEND_CHUNK_BYTES = 512 * 2**20  # weights handed to vLLM per update_weights call
 
 
 def _module(name: str) -> Any:
@@ -196,6 +198,21 @@ def _in_thread(fn: Callable[[], Any]) -> Callable[[], None]:
     return join
 
 
+def _chunks(named: Iterator[tuple[str, torch.Tensor]], limit: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive runs of at most ``limit`` bytes (a larger tensor is a run of its own), read lazily."""
+    chunk: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if chunk and size + nbytes > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((name, tensor))
+        size += nbytes
+    if chunk:
+        yield chunk
+
+
 def _metadata(named: list[tuple[str, torch.Tensor]]) -> dict[str, list[Any]]:
     return {
         "names": [n for n, _ in named],
@@ -291,18 +308,23 @@ class VLLMGenerator:
         self.llm.wake_up(tags=list(tags))
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        named = [(checkpoint_name(name, self.composite), tensor.detach().contiguous())
-                 for name, tensor in named_tensors]
-        if not named:
+        """Stream ``named_tensors`` in chunks of ``SEND_CHUNK_BYTES``: one ``update_weights`` call per
+        chunk between one start and one finish (vLLM's layerwise reload takes the weights as they come),
+        so at most a chunk of the learner's tensors is held for the transfer, never the whole model."""
+        chunks = _chunks(((checkpoint_name(name, self.composite), tensor.detach().contiguous())
+                          for name, tensor in named_tensors), SEND_CHUNK_BYTES)
+        first = next(chunks, None)
+        if first is None:
             return
-        device = named[0][1].device
+        device = first[0][1].device
         if self.transfer == "nccl" and self._nccl_group is None:
             self._init_nccl(device)
         self.llm.start_weight_update()
-        if self.transfer == "ipc":
-            self._send_ipc(named)
-        else:
-            self._send_nccl(named, device)
+        for named in itertools.chain([first], chunks):
+            if self.transfer == "ipc":
+                self._send_ipc(named)
+            else:
+                self._send_nccl(named, device)
         self.llm.finish_weight_update()
         self.llm.reset_prefix_cache()
         if self.transfer == "ipc" and device.type == "cuda":

@@ -17,6 +17,7 @@ POLICY_LOSSES: tuple[str, ...] = (
 )
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")  # sgd: plain, for linearity checks and ablations
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")  # bf16: GPU; DeepSpeed keeps fp32 master weights
+GRAD_ACCUM_DTYPES: tuple[str, ...] = ("fp32", "bf16")  # DeepSpeed's data_types.grad_accum_dtype
 
 
 @dataclass
@@ -49,9 +50,27 @@ class LearnerConfig:
     loss_chunk_tokens: int = 4096
     # Trajectories per forward/backward on one rank; a step's groups are accumulated over micro-batches.
     micro_batch_size: int = 2
+    # ZeRO stage (0-3). At 3 the policy is partitioned as it loads (deepspeed.zero.Init: no rank ever
+    # holds the whole model) and the reference policy is a ZeRO-3 inference engine (docs/learner.md).
     zero_stage: int = 2
     precision: str = "fp32"
+    # Recompute each layer's activations in the backward pass (transformers' gradient checkpointing).
     gradient_checkpointing: bool = False
+    # ZeRO-Offload: the fp32 master weights and optimizer state live in host memory and the optimizer
+    # steps there (the client torch optimizer, no DeepSpeedCPUAdam JIT build); zero_stage >= 1.
+    offload_optimizer: bool = False
+    # ZeRO-Infinity's parameter offload: the partitioned parameters live in host memory between uses;
+    # zero_stage 3 only (the reference engine offloads its parameters too).
+    offload_params: bool = False
+    # Precision of the gradients accumulated over a step's micro-batches (fp32 with bf16 weights: many
+    # micro-batches do not lose the small ones to bf16 rounding). bf16 needs precision=bf16.
+    grad_accum_dtype: str = "fp32"
+    # ZeRO-3 keeps parameters with fewer elements than this whole on every rank (DeepSpeed's
+    # stage3_param_persistence_threshold: norms and biases are not worth an all-gather); 0 partitions all.
+    zero3_persistence_threshold: int = 100_000
+    # Weight sync from the learner to the generator gathers ZeRO-3 parameters this many MB at a time
+    # (every rank joins each gather) and streams them bucket by bucket.
+    weight_sync_bucket_mb: float = 512.0
     # Learner checkpoints kept under checkpoints/learner/ (the newest K complete ones).
     keep_checkpoints: int = 2
 
@@ -77,5 +96,21 @@ class LearnerConfig:
         check_choice(f"{prefix}.zero_stage", self.zero_stage, (0, 1, 2, 3))
         check_choice(f"{prefix}.precision", self.precision, PRECISIONS)
         check_range(f"{prefix}.keep_checkpoints", self.keep_checkpoints, 1)
+        check_choice(f"{prefix}.grad_accum_dtype", self.grad_accum_dtype, GRAD_ACCUM_DTYPES)
+        check_range(f"{prefix}.zero3_persistence_threshold", self.zero3_persistence_threshold, 0)
+        check_range(f"{prefix}.weight_sync_bucket_mb", self.weight_sync_bucket_mb, 0.0, low_open=True)
+        if self.offload_optimizer and self.zero_stage < 1:
+            raise ConfigError(f"{prefix}.offload_optimizer=true needs {prefix}.zero_stage 1, 2 or 3 "
+                              f"(got {self.zero_stage}): ZeRO-Offload moves the partitioned optimizer state")
+        if self.offload_params and self.zero_stage != 3:
+            raise ConfigError(f"{prefix}.offload_params=true needs {prefix}.zero_stage=3 (got {self.zero_stage}): "
+                              "only ZeRO-3 partitions the parameters it would offload")
+        if self.grad_accum_dtype == "fp32" and self.precision == "bf16" and self.zero_stage == 0:
+            raise ConfigError(f"{prefix}.grad_accum_dtype=fp32 with {prefix}.precision=bf16 needs "
+                              f"{prefix}.zero_stage >= 1 (DeepSpeed accumulates bf16 weights' gradients in "
+                              "fp32 only under ZeRO); raise zero_stage or set grad_accum_dtype=bf16")
+        if self.grad_accum_dtype == "bf16" and self.precision != "bf16":
+            raise ConfigError(f"{prefix}.grad_accum_dtype=bf16 needs {prefix}.precision=bf16 (got "
+                              f"{self.precision!r}); use grad_accum_dtype=fp32")
         if self.optimizer == "sgd" and self.weight_decay > 0:
             raise ConfigError(f"{prefix}.weight_decay={self.weight_decay} needs {prefix}.optimizer=adamw")

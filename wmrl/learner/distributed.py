@@ -5,8 +5,10 @@ trajectories of a step they forward (see ``wmrl/learner/batch.py``). The group i
 whatever launched the processes:
 
 - ``torchrun`` (or any launcher) already exported ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
-- ``srun`` tasks of a Slurm step (``SLURM_NTASKS`` > 1): submitit's ``TorchDistributedEnvironment``
-  derives them from the Slurm environment (first host of the step is the master);
+- ``srun`` tasks of a Slurm step (``SLURM_NTASKS`` > 1): derived from the allocation (:func:`slurm_rendezvous`):
+  rank = ``SLURM_PROCID``, the master is the first host of ``SLURM_JOB_NODELIST`` (``scontrol show
+  hostnames``), the port a function of the job and step ids, so every task computes the same address
+  without talking to the others, and a requeued job (same id) finds it again;
 - a lone process: rank 0 of a world of 1 on a free loopback port it picks itself.
 
 A lone process never trusts inherited ``MASTER_ADDR``/``MASTER_PORT``/``RANK``: a child of a process
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+import subprocess
+import zlib
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -58,19 +62,42 @@ def _export_environment() -> str:
         os.environ.setdefault("LOCAL_RANK", "0")
         return "env"
     if int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ:
-        from submitit.helpers import TorchDistributedEnvironment
-
-        # submitit recognises a Slurm task by the variable its own executor sets; a plain `srun` in a
-        # user's sbatch script has the same SLURM_* variables but not this one.
-        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")
         # Ranks bind devices by LOCAL_RANK (DeepSpeed does), so CUDA_VISIBLE_DEVICES stays whole.
-        TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        os.environ.update(slurm_rendezvous(os.environ))
         return "slurm"
     os.environ.update(
         {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
          "MASTER_PORT": str(_free_port())}
     )
     return "single"
+
+
+MASTER_PORT_RANGE = (20000, 60000)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host name of a Slurm node list (``gpu[03-05],gpu07`` -> ``gpu03``), as Slurm expands it."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=30, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError) as err:
+        raise RuntimeError(f"scontrol show hostnames {nodelist!r} failed ({err}): cannot find the learner's "
+                           "master host of this Slurm allocation") from err
+    if not out:
+        raise RuntimeError(f"scontrol show hostnames {nodelist!r} listed no host")
+    return out[0]
+
+
+def slurm_rendezvous(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``env://`` variables of this Slurm task's learner group, from the allocation alone."""
+    job, step = env["SLURM_JOB_ID"], env.get("SLURM_STEP_ID", "0")
+    low, high = MASTER_PORT_RANGE
+    port = low + zlib.crc32(f"{job}.{step}".encode()) % (high - low)
+    return {
+        "RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+        "MASTER_ADDR": first_host(env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"]),
+        "MASTER_PORT": str(port),
+    }
 
 
 def _skip_shm_comm_build() -> None:

@@ -133,7 +133,12 @@ class GRPOLearner:
     def _idle_loss(self) -> torch.Tensor:
         """A zero loss through the whole model, for a rank with fewer micro-batches than the others."""
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
-        return self.engine(input_ids=ids).logits.sum() * 0.0
+        logits = self.engine(input_ids=ids).logits
+        if self.reference is not None and self.cfg.zero_stage == 3:
+            # Its forward gathers too: join it, in the busy ranks' order (policy, then reference).
+            with torch.no_grad():
+                self.reference(input_ids=ids)
+        return logits.sum() * 0.0
 
     def _metrics(
         self, sums: torch.Tensor, ratio_max: torch.Tensor, n_rows: int, n_micro: int,
@@ -177,20 +182,19 @@ class GRPOLearner:
             self.reference.to(self.device)
 
     # ------------------------------------------------------------------ weights and checkpoints
-    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full (gathered) parameters by their Hugging Face names, for ``Generator.update_weights``.
+    def weight_buckets(self, dtype: torch.dtype | None = None) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """The policy's full parameters by Hugging Face name, ``learner.weight_sync_bucket_mb`` at a time,
+        in ``dtype`` (the generator's); collective under ZeRO-3: every rank drains it
+        (see wmrl/learner/weights.py)."""
+        from wmrl.learner.weights import gathered_buckets
 
-        Under ZeRO-3 every rank must iterate (the gather is collective); the tensors are detached views,
-        valid until the next update.
-        """
-        from deepspeed import zero
+        return gathered_buckets(self.engine.module, int(self.cfg.weight_sync_bucket_mb * 2**20), dtype)
 
-        for name, param in self.engine.module.named_parameters():
-            if hasattr(param, "ds_id"):  # ZeRO-3 partitioned
-                with zero.GatheredParameters([param]):
-                    yield name, param.detach().clone()
-            else:
-                yield name, param.detach()
+    def named_parameters(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """:meth:`weight_buckets` one tensor at a time, for ``Generator.update_weights``."""
+        from wmrl.learner.weights import flatten
+
+        return flatten(self.weight_buckets(dtype))
 
     def save_checkpoint(self, root: str | Path, step: int) -> Path:
         """Checkpoint after step ``step`` under ``root`` (collective); see wmrl/learner/checkpoint.py."""

@@ -74,8 +74,11 @@ def text_config(config: Any) -> Any:
     return sub if sub is not None and getattr(config, "model_type", "") != getattr(sub, "model_type", "") else config
 
 
-def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> Any:
-    """The causal LM in ``path`` (text model only for vision-language checkpoints), in eval mode."""
+def load_causal_lm(path: str | Path, dtype: str = "float32", device: str | None = "cpu") -> Any:
+    """The causal LM in ``path`` (text model only for vision-language checkpoints), in eval mode.
+
+    ``device=None`` leaves the parameters where loading put them (ZeRO-3 partitions, see
+    ``wmrl/learner/engine.py``)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -91,4 +94,4 @@ def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu"
         )
     except ValueError as err:  # no causal-LM class registered for this config
         raise ModelError(f"{directory}: cannot load a causal LM for model_type={config.model_type!r}: {err}") from err
-    return model.to(device).eval()
+    return (model if device is None else model.to(device)).eval()

@@ -3,11 +3,28 @@ shared-storage exchange between them (leases, heartbeats, polling; see ``docs/ru
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from wmrl.config_checks import ConfigError, check_choice, check_range
 
 EXECUTORS = ("local", "slurm")
+# A job's shape has its own keys; an sbatch line setting it would contradict them.
+SHAPE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "array")
+SHAPE_KEYS = ("launch.coordinator_nodes and launch.coordinator_tasks_per_node (the coordinator), "
+              "launch.workers and launch.array_parallelism (the worker array)")
+
+
+def _check_sbatch_line(key: str, line: str) -> None:
+    option = line.removeprefix("#SBATCH").strip()
+    if not option.startswith("--") or len(option) < 3 or "\n" in option:
+        raise ConfigError(
+            f"{key}={line!r} is not allowed; use a long sbatch option such as '--constraint=a100' or "
+            "'#SBATCH --exclusive'"
+        )
+    name = option[2:].partition("=")[0].strip()
+    if name in SHAPE_OPTIONS:
+        raise ConfigError(f"{key}={line!r} is not allowed: a job's shape comes from {SHAPE_KEYS}")
 
 
 @dataclass
@@ -46,8 +63,13 @@ class LaunchConfig:
     # Wall-time limits in minutes: the coordinator is requeued (and resumes) when it hits its limit.
     coordinator_time_min: int = 1440
     worker_time_min: int = 240
-    coordinator_gpus: int = 0
-    coordinator_cpus: int = 2
+    # The coordinator's allocation: coordinator_nodes x coordinator_tasks_per_node tasks, one learner rank
+    # each (rank 0 is the coordinator proper); coordinator_gpus and coordinator_cpus are per node and
+    # per task. learner ranks = coordinator_nodes * coordinator_tasks_per_node.
+    coordinator_nodes: int = 1
+    coordinator_tasks_per_node: int = 1
+    coordinator_gpus: int = 0  # GPUs per node
+    coordinator_cpus: int = 2  # CPUs per task
     coordinator_mem_gb: float = 0.0
     # Per array task (one worker = one anchor execution at a time).
     worker_gpus: int = 0
@@ -62,6 +84,13 @@ class LaunchConfig:
     array_parallelism: int = 0
     # Extra sbatch options for both jobs, one per item: "--constraint=a100" or "#SBATCH --exclusive".
     extra_sbatch: list[str] = field(default_factory=list)
+    # ... for the coordinator job only (e.g. "--exclusive"), and for the worker array only; an option
+    # named in both a job's list and extra_sbatch takes the job's value.
+    coordinator_sbatch: list[str] = field(default_factory=list)
+    worker_sbatch: list[str] = field(default_factory=list)
+    # Environment of the coordinator's ranks for their collectives, set before the process group starts
+    # (e.g. {NCCL_SOCKET_IFNAME: ib0, NCCL_IB_HCA: mlx5}); names start with NCCL_, TORCH_NCCL_ or GLOO_.
+    nccl_env: dict[str, str] = field(default_factory=dict)
     # Shell lines run in the job before the Python command (module load ..., source venv/bin/activate).
     setup: list[str] = field(default_factory=list)
     # Interpreter the jobs run ("" = the one that runs `wmrl launch`).
@@ -114,12 +143,16 @@ class LaunchConfig:
             check_range(f"{prefix}.{name}", getattr(self, name), 0)
         for name in ("checkpoint_margin_s", "checkpoint_every_s"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
-        for i, line in enumerate(self.extra_sbatch):
-            option = str(line).removeprefix("#SBATCH").strip()
-            if not option.startswith("--") or len(option) < 3 or "\n" in option:
+        check_range(f"{prefix}.coordinator_nodes", self.coordinator_nodes, 1)
+        check_range(f"{prefix}.coordinator_tasks_per_node", self.coordinator_tasks_per_node, 1)
+        for key in ("extra_sbatch", "coordinator_sbatch", "worker_sbatch"):
+            for i, line in enumerate(getattr(self, key)):
+                _check_sbatch_line(f"{prefix}.{key}[{i}]", str(line))
+        for name, value in self.nccl_env.items():
+            if not re.fullmatch(r"(NCCL|TORCH_NCCL|GLOO)_[A-Z0-9_]+", str(name)) or "\n" in str(value):
                 raise ConfigError(
-                    f"{prefix}.extra_sbatch[{i}]={line!r} is not allowed; use a long sbatch option such "
-                    "as '--constraint=a100' or '#SBATCH --exclusive'"
+                    f"{prefix}.nccl_env.{name}={value!r} is not allowed; names are NCCL_*, TORCH_NCCL_* or GLOO_* "
+                    "environment variables (e.g. NCCL_SOCKET_IFNAME: ib0), values one line"
                 )
         module, _, attr = self.work.partition(":")
         if not module or not attr:

@@ -41,6 +41,7 @@ from wmrl.orchestration.checkpoint import CheckpointStore, Snapshot, read_tree, 
 from wmrl.orchestration.health import EVENTS
 from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.metrics_log import MetricsLog
+from wmrl.orchestration.preflight import check_learner_ranks
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.orchestration.registry import trainer_factory
 from wmrl.orchestration.rundir import RunDir
@@ -51,6 +52,7 @@ from wmrl.orchestration.slurm import (
     allocation_end,
     load_jobs,
     submit_workers,
+    task_rank,
 )
 from wmrl.progress import progress_display
 from wmrl.resources import peak_rss_mb
@@ -214,6 +216,10 @@ class Coordinator(submitit.helpers.Checkpointable):
         none (False), or by default a bar on a terminal and a line per step in a job's log."""
         run = RunDir.open(self.run_dir)
         cfg = load_config(run.config_path)
+        os.environ.update(cfg.launch.nccl_env)  # before the learner's process group starts
+        check_learner_ranks(cfg, int(os.environ.get("SLURM_NTASKS", "1")))  # e.g. a plain sbatch of N tasks
+        if task_rank() > 0:  # a learner rank of a multi-task allocation: no coordinator of its own
+            return self._follow(cfg)
         handler = _file_log(run)
         lock = RunLock(run.lock_path, cfg.launch.lock_stale_s, cfg.launch.lock_heartbeat_s)
         lock.acquire()  # RunLockHeld: another live coordinator owns this run
@@ -247,10 +253,23 @@ class Coordinator(submitit.helpers.Checkpointable):
             lock.release()
             logging.getLogger("wmrl").removeHandler(handler)
 
+    @staticmethod
+    def _follow(cfg: WMRLConfig) -> dict[str, Any]:
+        """Ranks 1..N-1: repeat rank 0's learner calls until it releases them (wmrl/learner/follower.py)."""
+        from wmrl.learner.follower import follow
+
+        return {"follower_rank": task_rank(), "learner_calls": follow(cfg.learner)}
+
     def _start_trainer(self, cfg: WMRLConfig, run: RunDir, store: CheckpointStore,
                        runner: AnchorRunner) -> Trainer:
         snap = store.latest()
         factory = trainer_factory(cfg.trainer)
+        if cfg.trainer == "llm":
+            # The initial policy is resolved (built if needed) and pinned here, in the coordinator every
+            # launch route runs (local, submitit, plain sbatch); the trainer only reads the pin.
+            from wmrl.sft.pipeline import pinned_initial_policy
+
+            pinned_initial_policy(cfg, run.path)
         if snap is None and store.unreadable:
             self._no_checkpoint_verified(cfg, run, store)
         if snap is None:

@@ -85,9 +85,31 @@ def check_sandbox(cfg: WMRLConfig) -> None:
         raise PreflightError(f"sandbox.backend={cfg.sandbox.backend!r}: {err}") from None
 
 
+def check_learner_ranks(cfg: WMRLConfig, ranks: int | None = None) -> None:
+    """Several coordinator tasks are learner ranks: only the LLM trainer has a learner for ranks 1.. to
+    follow (``ranks``: the tasks really started; by default the config's)."""
+    launch = cfg.launch
+    ranks = launch.coordinator_nodes * launch.coordinator_tasks_per_node if ranks is None else ranks
+    if ranks > 1 and cfg.trainer != "llm":
+        raise PreflightError(
+            f"launch.coordinator_nodes={launch.coordinator_nodes} x launch.coordinator_tasks_per_node="
+            f"{launch.coordinator_tasks_per_node} ({ranks} tasks) are learner ranks, but trainer={cfg.trainer!r} "
+            "has no learner for them to join; set both to 1, or trainer=llm"
+        )
+    vllm = cfg.generation.vllm
+    if ranks > 1 and cfg.generation.backend == "vllm" and vllm.placement == "colocated":
+        # One engine per learner GPU needs a generator on every rank; followers hold only the learner.
+        raise PreflightError(
+            f"generation.vllm.placement=colocated with {ranks} learner ranks is not supported yet (ranks 1.. "
+            "have no vLLM engine to sleep and wake beside their learner share); use "
+            "generation.vllm.placement=dedicated with generation.vllm.inference_gpus >= 1, or one learner rank"
+        )
+
+
 def preflight(cfg: WMRLConfig) -> None:
     """Everything that can be checked before a run directory is created or a job is queued."""
     check_runs_root(cfg.runs_root, cfg.run_dir)
     check_trainer(cfg.trainer)
     check_tasks_root(cfg)
     check_sandbox(cfg)
+    check_learner_ranks(cfg)

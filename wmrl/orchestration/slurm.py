@@ -66,6 +66,13 @@ def clean_slurm_environment() -> Iterator[None]:
         yield
 
 
+def task_rank() -> int:
+    """This process's rank among the tasks of its Slurm job step (0 outside Slurm or in a one-task step)."""
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return int(os.environ.get("SLURM_PROCID", "0"))
+    return 0
+
+
 # --------------------------------------------------------------------------- executors
 
 
@@ -79,6 +86,28 @@ def sbatch_options(lines: Sequence[str]) -> dict[str, Any]:
             raise ConfigError(f"launch.extra_sbatch: {line!r} is not a long sbatch option (--name[=value])")
         key, sep, value = option[2:].partition("=")
         options[key.strip()] = value.strip() if sep else True
+    return options
+
+
+def job_sbatch_options(cfg: WMRLConfig, role: str) -> dict[str, Any]:
+    """``launch.extra_sbatch`` (both jobs) overlaid with the job's own list (``coordinator_sbatch`` or
+    ``worker_sbatch``): options meant for one job never reach the other."""
+    own = cfg.launch.coordinator_sbatch if role == COORDINATOR else cfg.launch.worker_sbatch
+    return {**sbatch_options(cfg.launch.extra_sbatch), **sbatch_options(own)}
+
+
+def sbatch_command_options(cfg: WMRLConfig, role: str) -> list[str]:
+    """The options a plain ``sbatch`` of slurm/templates/ needs beyond the template's own lines: the
+    coordinator's shape and GPUs, and each job's sbatch lines (``wmrl launch --no-submit`` prints them)."""
+    launch = cfg.launch
+    options: list[str] = []
+    if role == COORDINATOR:
+        if launch.coordinator_nodes * launch.coordinator_tasks_per_node > 1:
+            options += [f"--nodes={launch.coordinator_nodes}", f"--ntasks-per-node={launch.coordinator_tasks_per_node}"]
+        if launch.coordinator_gpus:
+            options.append(f"--gpus-per-node={launch.coordinator_gpus}")
+    for key, value in job_sbatch_options(cfg, role).items():
+        options.append(f"--{key}" if value is True else f"--{key}={value}")
     return options
 
 
@@ -100,8 +129,11 @@ def slurm_executor(cfg: WMRLConfig, run: RunDir, role: str) -> Any:
         "cpus_per_task": launch.coordinator_cpus if coordinator else launch.worker_cpus,
         "signal_delay_s": launch.signal_delay_s,
         "setup": list(launch.setup),
-        "additional_parameters": sbatch_options(launch.extra_sbatch),
+        "additional_parameters": job_sbatch_options(cfg, role),
     }
+    if coordinator:  # one learner rank per task; submitit's srun starts every task
+        params["nodes"] = launch.coordinator_nodes
+        params["ntasks_per_node"] = launch.coordinator_tasks_per_node
     gpus = launch.coordinator_gpus if coordinator else launch.worker_gpus
     mem_gb = launch.coordinator_mem_gb if coordinator else launch.worker_mem_gb
     for key, value in (("partition", launch.partition), ("account", launch.account), ("qos", launch.qos)):

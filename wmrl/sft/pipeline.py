@@ -75,7 +75,7 @@ def pinned_initial_policy(cfg: SFTRunConfig, run_dir: Path, log: Any = print) ->
 
     A relaunched run reads the pin instead of resolving the config again: a newer wmrl whose SFT recipe
     changed, or a rebuilt cache, would otherwise give it another reference and world model mid-run.
-    ``wmrl launch`` (and so ``wmrl train``) calls this before the trainer starts; the trainer only reads
+    The coordinator calls this before it builds the trainer (every launch route); the trainer only reads
     the pin (:func:`read_pinned_initial_policy`).
     """
     from wmrl.io import atomic_write_json

@@ -62,7 +62,7 @@ class LLMTrainer:
         from wmrl.agent.policy import AgentPolicy
         from wmrl.generation.colocation import place
         from wmrl.generation.factory import build_generator
-        from wmrl.learner.grpo import GRPOLearner
+        from wmrl.learner.follower import lead
         from wmrl.sft.data import run_context
         from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
         from wmrl.tasks.overview import task_overview
@@ -93,7 +93,8 @@ class LLMTrainer:
         overviews = {t.task_id: task_overview(t) for t in every}
         agent_ctx, _, runtime = run_context(cfg)
 
-        learner = GRPOLearner(cfg.learner, self.model_path)
+        # Rank 0 of several learner ranks leads them (the others follow, wmrl/learner/follower.py).
+        learner = lead(cfg.learner, self.model_path)
         log_kernels(learner.engine.module)
         # generation.vllm.placement: colocated vLLM takes turns with the learner on its GPU (colocation.py)
         self.learner, self.generator = place(
