@@ -26,6 +26,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "tasks",
     "exec_cmd",
     "train",
+    "plan",
     "launch",
     "coordinator",
     "worker",

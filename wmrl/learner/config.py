@@ -17,6 +17,7 @@ POLICY_LOSSES: tuple[str, ...] = (
 )
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")  # sgd: plain, for linearity checks and ablations
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")  # bf16: GPU; DeepSpeed keeps fp32 master weights
+GRAD_ACCUM_DTYPES: tuple[str, ...] = ("fp32", "bf16")  # dtype gradients are accumulated in (bf16 precision)
 
 
 @dataclass
@@ -48,6 +49,13 @@ class LearnerConfig:
     zero_stage: int = 2
     precision: str = "fp32"
     gradient_checkpointing: bool = False
+    # ZeRO-Offload: the optimizer state (and, ZeRO-3 only, the parameters) live in host memory.
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    grad_accum_dtype: str = "fp32"
+    # Generated positions whose log-prob and entropy are computed together: the loss head's peak
+    # memory grows with loss_chunk_tokens x vocabulary, not with the sequence length.
+    loss_chunk_tokens: int = 4096
     # Learner checkpoints kept under checkpoints/learner/ (the newest K complete ones).
     keep_checkpoints: int = 2
 
@@ -71,6 +79,13 @@ class LearnerConfig:
         check_range(f"{prefix}.micro_batch_size", self.micro_batch_size, 1)
         check_choice(f"{prefix}.zero_stage", self.zero_stage, (0, 1, 2, 3))
         check_choice(f"{prefix}.precision", self.precision, PRECISIONS)
+        check_choice(f"{prefix}.grad_accum_dtype", self.grad_accum_dtype, GRAD_ACCUM_DTYPES)
+        check_range(f"{prefix}.loss_chunk_tokens", self.loss_chunk_tokens, 1)
+        if self.offload_params and self.zero_stage != 3:
+            raise ConfigError(f"{prefix}.offload_params=true needs {prefix}.zero_stage=3 "
+                              f"(got {self.zero_stage}): DeepSpeed offloads parameters under ZeRO-3 only")
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise ConfigError(f"{prefix}.offload_optimizer=true needs {prefix}.zero_stage >= 1 (ZeRO-Offload)")
         check_range(f"{prefix}.keep_checkpoints", self.keep_checkpoints, 1)
         if self.optimizer == "sgd" and self.weight_decay > 0:
             raise ConfigError(f"{prefix}.weight_decay={self.weight_decay} needs {prefix}.optimizer=adamw")

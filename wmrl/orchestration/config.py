@@ -46,7 +46,12 @@ class LaunchConfig:
     # Wall-time limits in minutes: the coordinator is requeued (and resumes) when it hits its limit.
     coordinator_time_min: int = 1440
     worker_time_min: int = 240
-    coordinator_gpus: int = 0
+    coordinator_gpus: int = 0  # per node
+    # The coordinator's allocation: nodes, and tasks (learner ranks, one per GPU) on each node.
+    coordinator_nodes: int = 1
+    coordinator_tasks_per_node: int = 1
+    # Memory of one of the coordinator's GPUs, for `wmrl plan` (80 = A100-80GB / H100-80GB; 141 = H200).
+    coordinator_gpu_memory_gb: float = 80.0
     coordinator_cpus: int = 2
     coordinator_mem_gb: float = 0.0
     # Per array task (one worker = one anchor execution at a time).
@@ -101,12 +106,13 @@ class LaunchConfig:
         self._validate_slurm(prefix)
 
     def _validate_slurm(self, prefix: str) -> None:
-        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus"):
+        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus",
+                     "coordinator_nodes", "coordinator_tasks_per_node"):
             check_range(f"{prefix}.{name}", getattr(self, name), 1)
         for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",
                      "max_requeues", "coordinator_mem_gb", "worker_mem_gb"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0)
-        for name in ("checkpoint_margin_s", "checkpoint_every_s"):
+        for name in ("checkpoint_margin_s", "checkpoint_every_s", "coordinator_gpu_memory_gb"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
         for i, line in enumerate(self.extra_sbatch):
             option = str(line).removeprefix("#SBATCH").strip()
