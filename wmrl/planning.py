@@ -180,8 +180,8 @@ def model_states(
     """Per-GPU model states by component, host bytes per node, and DeepSpeed's own estimate.
 
     Per parameter, on ``g`` ranks: weights ``p`` bytes (2 in 16-bit, 4 in fp32; ZeRO-3: ``p/g`` plus the
-    gathered largest layer), gradients 4 bytes fp32 (+ 2 for the 16-bit copy below ZeRO-3; ZeRO-3: plus
-    the largest layer's ``p``), optimizer state 12 bytes (fp32 master + two Adam moments), all divided by
+    gathered largest layer), gradients 4 bytes fp32 (+ ``p`` for the gradients autograd produces, which
+    DeepSpeed copies into its buckets, below ZeRO-3; ZeRO-3: the largest layer's ``p``), optimizer state 12 bytes (fp32 master + two Adam moments), all divided by
     ``g`` from stage 1 (stage 0 = one rank's worth); offloaded parts are in host memory. For 16-bit with
     AdamW this is exactly DeepSpeed's estimator (stage_1_and_2's for stages 0-2, stage3's for stage 3),
     whose GPU figure the components sum to. fp32 at stage 0 keeps no master copy (the client optimizer
@@ -206,7 +206,7 @@ def model_states(
             n, num_gpus_per_node=per_node, num_nodes=n_nodes, cpu_offload=offload_optimizer)
         estimator = "estimate_zero2_model_states_mem_needs"
         weights = p * n
-        grads = 0 if offload_optimizer else int((4 + (2 if p == 2 else 0)) * n / g)
+        grads = 0 if offload_optimizer else int((4 + p) * n / g)
     optim = 0 if offload_optimizer else int(12 * n / g)
     if p == 2 and optimizer == "adamw":
         optim = gpu - weights - grads  # DeepSpeed's figure to the byte (its own rounding)
@@ -274,8 +274,10 @@ def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = ""
     micro = min(learner.micro_batch_size, math.ceil(cfg.algorithm.groups_per_step * cfg.algorithm.group_size / ranks))
     seq = micro * tokens
     layer = (LAYER_VALUES_H * h + LAYER_VALUES_I * counts.intermediate_size) * b * seq
-    gpu["activations"] = (counts.num_layers * h * b * seq + layer if learner.gradient_checkpointing
-                          else counts.num_layers * layer)
+    # The layer being back-propagated holds its saved values and their gradients (checkpointing: after
+    # recomputing them from its saved input).
+    gpu["activations"] = (counts.num_layers * h * b * seq if learner.gradient_checkpointing
+                          else counts.num_layers * layer) + layer * (2 if learner.gradient_checkpointing else 1)
     chunk = min(learner.loss_chunk_tokens, micro * generated)
     gpu["loss_head"] = chunk * counts.vocab_size * LOSS_HEAD_BYTES[learner.precision] + micro * generated * h * b
     engines = 0
