@@ -36,6 +36,9 @@ from wmrl.config_checks import ConfigError
 from wmrl.models.architecture import ParameterCounts, architecture_path, load_text_config, parameter_counts
 
 GIB = 2**30
+# A phase fits when it needs at most this share of the GPU: the allocator's fragmentation and the
+# estimates' error (activations, loss head: within 25% on CPU, tests/test_planning.py) need room.
+HEADROOM = 0.9
 # The CUDA context, NCCL buffers and allocator slack of one process on a GPU (learner or vLLM).
 RUNTIME_BYTES = 2 * GIB
 # Host memory of one process beside its tensors (Python, torch, DeepSpeed / vLLM, CUDA host state).
@@ -96,6 +99,7 @@ class Plan:
     learner: Phase
     generation: Phase | None
     kv_cache_needed: int = 0
+    checkpoint: dict[str, Any] = field(default_factory=dict)
     deepspeed: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -126,6 +130,7 @@ class Plan:
             "trajectories_per_step": self.trajectories,
             "phases": phases,
             "deepspeed_estimate": self.deepspeed,
+            "checkpoint": self.checkpoint,
             "problems": self.problems,
             "fixes": self.fixes,
             "notes": self.notes,
@@ -327,10 +332,10 @@ def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = ""
     host_memory = int(launch.coordinator_mem_gb * GIB) if launch.coordinator_mem_gb > 0 else None
     if gpu_memory is not None:
         for phase, name in ((learner_phase, "learner"), (generation, "generation")):
-            if phase is not None and phase.gpu_total > gpu_memory:
+            if phase is not None and phase.gpu_total > HEADROOM * gpu_memory:
                 top = sorted(phase.gpu.items(), key=lambda kv: -kv[1])[:3]
                 problems.append(f"{name} phase needs {_gb(phase.gpu_total)} GB per {phase.gpu_role}, more than "
-                                f"launch.coordinator_gpu_memory_gb={launch.coordinator_gpu_memory_gb} "
+                                f"{HEADROOM:.0%} of launch.coordinator_gpu_memory_gb={launch.coordinator_gpu_memory_gb} "
                                 f"(largest: {', '.join(f'{k} {_gb(v)} GB' for k, v in top)})")
     phases = [p for p in (learner_phase, generation) if p is not None]
     if host_memory is not None:
@@ -340,10 +345,24 @@ def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = ""
                             f"launch.coordinator_mem_gb={launch.coordinator_mem_gb}")
     else:
         notes.append("launch.coordinator_mem_gb=0 (not requested): host memory is not checked")
-    return Plan(model=model, counts=counts, gpu_memory=gpu_memory, host_memory=host_memory, nodes=nodes,
+    return Plan(checkpoint=checkpoint_cost(cfg, n, ranks), model=model, counts=counts, gpu_memory=gpu_memory, host_memory=host_memory, nodes=nodes,
                 gpus=gpus, learner_ranks=ranks, placement=placement, engines=engines, tokens=tokens,
                 generated=generated, trajectories=trajectories, learner=learner_phase, generation=generation,
                 kv_cache_needed=kv_needed, deepspeed=deepspeed, problems=problems, notes=notes)
+
+
+def checkpoint_cost(cfg: WMRLConfig, n: int, ranks: int) -> dict[str, Any]:
+    """Bytes of one learner checkpoint (DeepSpeed's files: the weights in the learner's precision, the
+    fp32 master copy and Adam's two moments, each rank writing its partition in parallel), what
+    ``learner.keep_checkpoints`` of them hold on disk and what a run writes at ``train.save_every``."""
+    per_param = DTYPE_BYTES[cfg.learner.precision] + (12 if cfg.learner.optimizer == "adamw" else 4)
+    if cfg.learner.precision == "fp32" and cfg.learner.zero_stage == 0:
+        per_param -= 4  # no separate master copy
+    size = per_param * n
+    saves = math.ceil(cfg.train.steps / cfg.train.save_every)
+    return {"size_gb": _gb(size), "per_rank_gb": _gb(size / max(ranks, 1)),
+            "kept_gb": _gb(size * cfg.learner.keep_checkpoints), "saves_per_run": saves,
+            "written_per_run_gb": _gb(size * saves)}
 
 
 # --------------------------------------------------------------------------- what would make it fit
@@ -433,7 +452,7 @@ def _pressure(p: Plan) -> tuple[int, int]:
     """How far a plan is from fitting: problems, then the largest overshoot in bytes."""
     over = 0
     if p.gpu_memory is not None:
-        over = max(ph.gpu_total - p.gpu_memory for ph in (p.learner, p.generation) if ph is not None)
+        over = max(ph.gpu_total - int(HEADROOM * p.gpu_memory) for ph in (p.learner, p.generation) if ph is not None)
         over = max(over, p.kv_cache_needed - (p.generation.gpu.get("kv_cache", 0) if p.generation else 0))
     return (len(p.problems), over)
 
@@ -476,6 +495,9 @@ def render(p: Plan) -> str:
             lines.append(f"  {'(kv cache needed)':<26} {_gb(p.kv_cache_needed):>8.2f} GB")
         lines.append(f"  host memory per node:      {_gb(phase.host_total):>8.2f} GB "
                      f"({', '.join(f'{k} {_gb(v)}' for k, v in phase.host.items())})")
+    c = p.checkpoint
+    lines.append(f"checkpoint: {c['size_gb']} GB ({c['per_rank_gb']} GB per rank, written in parallel); "
+                 f"{c['kept_gb']} GB kept; {c['saves_per_run']} saves = {c['written_per_run_gb']} GB per run")
     lines += [f"note:      {n}" for n in p.notes]
     if p.fits:
         lines.append("fits:      yes")
