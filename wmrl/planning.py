@@ -33,7 +33,13 @@ from typing import Any
 
 from wmrl.config import WMRLConfig
 from wmrl.config_checks import ConfigError
-from wmrl.models.architecture import ParameterCounts, architecture_path, load_text_config, parameter_counts
+from wmrl.models.architecture import (
+    SHIPPED,
+    ParameterCounts,
+    architecture_path,
+    load_text_config,
+    parameter_counts,
+)
 
 GIB = 2**30
 # A phase fits when it needs at most this share of the GPU: the allocator's fragmentation and the
@@ -172,7 +178,8 @@ def model_counts(cfg: WMRLConfig) -> tuple[str, ParameterCounts]:
         )
     else:
         config = load_text_config(source)
-    return source, parameter_counts(config)
+    shipped = cfg.model.architecture in SHIPPED
+    return (f"model.architecture={cfg.model.architecture}" if shipped else source), parameter_counts(config)
 
 
 # --------------------------------------------------------------------------- model states (DeepSpeed)
