@@ -27,6 +27,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "tasks",
     "exec_cmd",
     "train",
+    "plan",
     "launch",
     "coordinator",
     "worker",

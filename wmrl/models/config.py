@@ -48,10 +48,17 @@ class ModelConfig:
     dtype: str = "float32"
     # Where built models and SFT outputs are cached; "" = $WMRL_CACHE, else ~/.cache/wmrl.
     cache_dir: str = ""
+    # Dimensions only, for `wmrl plan` and random-init GPU smoke models: a shipped architecture
+    # ("qwen3.5-4b", "qwen3.5-9b") or a path to a config.json. "" = model.path's own config.json.
+    architecture: str = ""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
     def validate(self, prefix: str = "model") -> None:
         from wmrl.config_checks import check_choice
 
         check_choice(f"{prefix}.dtype", self.dtype, DTYPES)
+        if self.architecture:
+            from wmrl.models.architecture import architecture_path
+
+            architecture_path(self.architecture, f"{prefix}.architecture")
         self.tiny.validate(f"{prefix}.tiny")

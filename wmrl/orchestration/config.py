@@ -70,6 +70,8 @@ class LaunchConfig:
     coordinator_tasks_per_node: int = 1
     coordinator_gpus: int = 0  # GPUs per node
     coordinator_cpus: int = 2  # CPUs per task
+    # Memory of one of the coordinator's GPUs, for `wmrl plan` (80 = A100-80GB / H100-80GB; 141 = H200).
+    coordinator_gpu_memory_gb: float = 80.0
     coordinator_mem_gb: float = 0.0
     # Per array task (one worker = one anchor execution at a time).
     worker_gpus: int = 0
@@ -141,7 +143,7 @@ class LaunchConfig:
         for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",
                      "max_requeues", "coordinator_mem_gb", "worker_mem_gb"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0)
-        for name in ("checkpoint_margin_s", "checkpoint_every_s"):
+        for name in ("checkpoint_margin_s", "checkpoint_every_s", "coordinator_gpu_memory_gb"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
         check_range(f"{prefix}.coordinator_nodes", self.coordinator_nodes, 1)
         check_range(f"{prefix}.coordinator_tasks_per_node", self.coordinator_tasks_per_node, 1)

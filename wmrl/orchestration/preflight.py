@@ -8,6 +8,7 @@ raises :class:`PreflightError` with one sentence naming the key, the value and w
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from wmrl.config import ConfigError, WMRLConfig
@@ -106,6 +107,26 @@ def check_learner_ranks(cfg: WMRLConfig, ranks: int | None = None) -> None:
         )
 
 
+def check_memory_plan(cfg: WMRLConfig) -> None:
+    """The coordinator's GPUs and node hold the learner and the generator (``wmrl plan``); only for an
+    allocation with GPUs, and only when the model's dimensions are readable here (model.architecture,
+    or model.path's config.json on this machine)."""
+    if cfg.launch.coordinator_gpus == 0 or cfg.trainer != "llm":
+        return
+    from wmrl.planning import model_config_source, plan_with_fixes
+
+    try:
+        model_config_source(cfg)
+    except ConfigError as err:
+        print(f"wmrl launch: memory not planned: {err}", file=sys.stderr)
+        return
+    result = plan_with_fixes(cfg)
+    if not result.fits:
+        fixes = f"; it would fit with: {' '.join(result.fixes)}" if result.fixes else ""
+        raise PreflightError(f"the config does not fit its allocation (`wmrl plan CONFIG` shows each phase by "
+                             f"component): {'; '.join(result.problems)}{fixes}")
+
+
 def preflight(cfg: WMRLConfig) -> None:
     """Everything that can be checked before a run directory is created or a job is queued."""
     check_runs_root(cfg.runs_root, cfg.run_dir)
@@ -113,3 +134,4 @@ def preflight(cfg: WMRLConfig) -> None:
     check_tasks_root(cfg)
     check_sandbox(cfg)
     check_learner_ranks(cfg)
+    check_memory_plan(cfg)

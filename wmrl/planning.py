@@ -1,0 +1,531 @@
+"""``wmrl plan``: the memory a config needs per GPU and per node, before a GPU is requested.
+
+Two phases alternate on the coordinator's GPUs, and each must fit:
+
+- **learner**: the DeepSpeed update of one micro-batch on one learner rank: model states (weights,
+  gradients, optimizer state), the frozen reference, activations, the chunked loss head, the CUDA
+  runtime and, colocated, the sleeping vLLM engine;
+- **generation**: a vLLM engine (colocated: on every learner GPU, with the learner's states offloaded
+  to the host; dedicated: on ``generation.vllm.inference_gpus`` GPUs of its own): its weights, its
+  KV-cache pool (``gpu_memory_utilization`` x the GPU, less weights and runtime) and the KV cache the
+  step's trajectories need at ``max_model_len``.
+
+Model states are DeepSpeed's own estimates (``estimate_zero2_model_states_mem_needs`` /
+``estimate_zero3_model_states_mem_needs``, called here for 16-bit precision with AdamW; their GPU
+figure split into weights, gradients and optimizer state as their comments count them: 2 bytes 16-bit
+weights, 2 + 4 gradients, 4 fp32 master + 8 Adam moments). fp32 precision and SGD, which DeepSpeed's
+estimators do not cover, use the same accounting with 4-byte weights and no moments. Parameter counts
+come from a meta-device build of the model's config.json (no weights are read). Sizes are GiB
+(2**30 bytes), as DeepSpeed's estimators and ``nvidia-smi`` (an "80GB" A100 has 80 GiB) count them.
+
+The activation and loss-head terms are estimates; ``tests/test_planning.py`` checks the learner phase
+against a measured CPU peak (within 25%), and ``scripts/gpu_smoke_learner.sh`` prints measured against
+planned on a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wmrl.config import WMRLConfig
+from wmrl.config_checks import ConfigError
+from wmrl.models.architecture import (
+    SHIPPED,
+    ParameterCounts,
+    architecture_path,
+    load_text_config,
+    parameter_counts,
+)
+
+GIB = 2**30
+# A phase fits when it needs at most this share of the GPU: the allocator's fragmentation and the
+# estimates' error (activations, loss head: within 25% on CPU, tests/test_planning.py) need room.
+HEADROOM = 0.9
+# The CUDA context, NCCL buffers and allocator slack of one process on a GPU (learner or vLLM).
+RUNTIME_BYTES = 2 * GIB
+# Host memory of one process beside its tensors (Python, torch, DeepSpeed / vLLM, CUDA host state).
+PROCESS_HOST_BYTES = 4 * GIB
+# Values one decoder layer keeps per token for its backward, in units of the compute dtype: the norms'
+# outputs, q/k/v, the attention output and its gate, the residual stream (~10 h) and the SwiGLU MLP's
+# gate, up, activation and product (4 I). With gradient checkpointing only the layer's input (h) is
+# kept per layer, and one layer's worth is recomputed at a time.
+LAYER_VALUES_H, LAYER_VALUES_I = 10, 4
+# Bytes per (position, vocabulary entry) of one chunk of the loss head: the logits in the compute dtype,
+# their fp32 copy, log-softmax and probabilities (entropy), and the logits' gradient (fp32 + compute dtype).
+LOSS_HEAD_BYTES = {"bf16": 2 + 4 + 4 + 4 + 4 + 2, "fp32": 4 + 4 + 4 + 4}
+DTYPE_BYTES = {"bf16": 2, "fp32": 4}
+HOST_PROBLEM = "host memory per node"
+VLLM_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
+
+
+@dataclass
+class Phase:
+    """Memory of one phase: per GPU (components, bytes) and per node in host memory."""
+
+    gpu: dict[str, int]
+    host: dict[str, int]
+    gpu_role: str  # which GPU the figures are for
+
+    @property
+    def gpu_total(self) -> int:
+        return sum(self.gpu.values())
+
+    @property
+    def host_total(self) -> int:
+        return sum(self.host.values())
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu_role,
+            "total_gb": _gb(self.gpu_total),
+            "components": {k: _gb(v) for k, v in self.gpu.items()},
+            "host_total_gb": _gb(self.host_total),
+            "host_components": {k: _gb(v) for k, v in self.host.items()},
+        }
+
+
+@dataclass
+class Plan:
+    model: str
+    counts: ParameterCounts
+    gpu_memory: int | None  # None: the learner runs on CPU (launch.coordinator_gpus=0)
+    host_memory: int | None  # None: launch.coordinator_mem_gb not requested
+    nodes: int
+    gpus: int  # in the coordinator's allocation, all nodes
+    learner_ranks: int
+    placement: str
+    engines: int  # vLLM engines (0: no vLLM)
+    tokens: int  # one trajectory, prompt to last turn
+    generated: int  # of which generated
+    trajectories: int  # per step
+    learner: Phase
+    generation: Phase | None
+    kv_cache_needed: int = 0
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    deepspeed: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        phases = {"learner": self.learner.as_json()}
+        if self.generation is not None:
+            phases["generation"] = self.generation.as_json() | {"kv_cache_needed_gb": _gb(self.kv_cache_needed)}
+        return {
+            "fits": self.fits,
+            "gpu_memory_gb": None if self.gpu_memory is None else _gb(self.gpu_memory),
+            "host_memory_gb": None if self.host_memory is None else _gb(self.host_memory),
+            "model": self.model,
+            "parameters": self.counts.total,
+            "largest_layer_parameters": self.counts.largest_layer,
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "learner_ranks": self.learner_ranks,
+            "placement": self.placement,
+            "vllm_engines": self.engines,
+            "trajectory_tokens": self.tokens,
+            "generated_tokens": self.generated,
+            "trajectories_per_step": self.trajectories,
+            "phases": phases,
+            "deepspeed_estimate": self.deepspeed,
+            "checkpoint": self.checkpoint,
+            "problems": self.problems,
+            "fixes": self.fixes,
+            "notes": self.notes,
+        }
+
+
+def _gb(n: int | float) -> float:
+    return round(n / GIB, 2)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def model_config_source(cfg: WMRLConfig) -> str:
+    """Where the dimensions come from: model.architecture, else model.path's config.json, else the tiny
+    default (model.path empty); a ConfigError when none is readable here."""
+    if cfg.model.architecture:
+        return str(architecture_path(cfg.model.architecture))
+    if not cfg.model.path:
+        return "model.tiny"
+    config_json = Path(cfg.model.path).expanduser() / "config.json"
+    if not config_json.is_file():
+        raise ConfigError(f"model.path={cfg.model.path!r} has no config.json on this machine, so `wmrl plan` cannot "
+                          "count its parameters; set model.architecture to a shipped architecture "
+                          "(qwen3.5-4b, qwen3.5-9b) or to a copy of the checkpoint's config.json")
+    return str(config_json)
+
+
+def model_counts(cfg: WMRLConfig) -> tuple[str, ParameterCounts]:
+    source = model_config_source(cfg)
+    if source == "model.tiny":
+        from transformers import Qwen3Config
+
+        tiny = cfg.model.tiny
+        config = Qwen3Config(
+            vocab_size=tiny.vocab_size, hidden_size=tiny.hidden_size, num_hidden_layers=tiny.num_layers,
+            num_attention_heads=tiny.num_heads, num_key_value_heads=tiny.num_kv_heads, head_dim=tiny.head_dim,
+            intermediate_size=tiny.intermediate_size, tie_word_embeddings=tiny.tie_word_embeddings,
+        )
+    else:
+        config = load_text_config(source)
+    shipped = cfg.model.architecture in SHIPPED
+    return (f"model.architecture={cfg.model.architecture}" if shipped else source), parameter_counts(config)
+
+
+# --------------------------------------------------------------------------- model states (DeepSpeed)
+
+
+def model_states(
+    n: int, largest: int, ranks_per_node: int, nodes: int, stage: int, precision: str, optimizer: str,
+    offload_optimizer: bool, offload_params: bool,
+) -> tuple[dict[str, int], int, dict[str, Any]]:
+    """Per-GPU model states by component, host bytes per node, and DeepSpeed's own estimate.
+
+    Per parameter, on ``g`` ranks: weights ``p`` bytes (2 in 16-bit, 4 in fp32; ZeRO-3: ``p/g`` plus the
+    gathered largest layer), gradients 4 bytes fp32 (+ ``p`` for the gradients autograd produces, which
+    DeepSpeed copies into its buckets, below ZeRO-3; ZeRO-3: the largest layer's ``p``), optimizer state 12 bytes (fp32 master + two Adam moments), all divided by
+    ``g`` from stage 1 (stage 0 = one rank's worth); offloaded parts are in host memory. For 16-bit with
+    AdamW this is exactly DeepSpeed's estimator (stage_1_and_2's for stages 0-2, stage3's for stage 3),
+    whose GPU figure the components sum to. fp32 at stage 0 keeps no master copy (the client optimizer
+    updates the weights themselves); SGD keeps no moments.
+    """
+    p = DTYPE_BYTES[precision]
+    g = ranks_per_node * nodes if stage > 0 else 1
+    if stage == 3:
+        from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(
+            n, largest, num_gpus_per_node=ranks_per_node, num_nodes=nodes, cpu_offload=offload_optimizer,
+            cpu_offload_params=offload_params, zero_init=True)
+        estimator = "estimate_zero3_model_states_mem_needs"
+        weights = p * largest + (0 if offload_params else int(p * n / g))
+        grads = p * largest + (0 if offload_optimizer else int(4 * n / g))
+    else:
+        from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+        per_node, n_nodes = (ranks_per_node, nodes) if stage > 0 else (1, 1)
+        cpu, gpu = estimate_zero2_model_states_mem_needs(
+            n, num_gpus_per_node=per_node, num_nodes=n_nodes, cpu_offload=offload_optimizer)
+        estimator = "estimate_zero2_model_states_mem_needs"
+        weights = p * n
+        grads = 0 if offload_optimizer else int((4 + p) * n / g)
+    optim = 0 if offload_optimizer else int(12 * n / g)
+    if p == 2 and optimizer == "adamw":
+        optim = gpu - weights - grads  # DeepSpeed's figure to the byte (its own rounding)
+    elif not offload_optimizer:
+        if stage == 0 and p == 4:
+            optim -= 4 * n  # no fp32 master copy beside fp32 weights
+        if optimizer == "sgd":
+            optim -= int(8 * n / g)
+    if optimizer == "sgd" and offload_optimizer:
+        cpu -= int(8 * n / nodes * 1.5)
+    deepspeed = {"function": estimator, "gpu_gb": _gb(gpu), "cpu_gb_per_node": _gb(cpu),
+                 "gpu_bytes": gpu, "cpu_bytes_per_node": cpu}
+    return {"weights": weights, "gradients": grads, "optimizer_state": optim}, cpu, deepspeed
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _trajectory_tokens(cfg: WMRLConfig) -> tuple[int, int]:
+    turns, new, obs = cfg.agent.max_turns, cfg.sampling.max_new_tokens, cfg.agent.observation_tokens
+    tokens = cfg.agent.max_context_tokens or (
+        cfg.generation.vllm.max_model_len if cfg.generation.backend == "vllm" else turns * (new + obs) + 4096)
+    return tokens, min(tokens, turns * new)
+
+
+def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = "") -> Plan:
+    """The memory plan of ``cfg`` (``counts`` given: skip the meta-device build)."""
+    if counts is None:
+        model, counts = model_counts(cfg)
+    launch, learner, vllm = cfg.launch, cfg.learner, cfg.generation.vllm
+    use_vllm = cfg.generation.backend == "vllm"
+    placement = vllm.placement if use_vllm else "none"
+    nodes, gpn, tasks = launch.coordinator_nodes, launch.coordinator_gpus, launch.coordinator_tasks_per_node
+    gpus = nodes * gpn
+    on_gpu = gpn > 0
+    inference = vllm.inference_gpus if placement == "dedicated" else 0
+    # Every coordinator task is a learner rank (wmrl/learner/follower.py); a dedicated vLLM runs in rank 0's
+    # process on GPUs of rank 0's node that no rank uses.
+    ranks = nodes * tasks
+    problems: list[str] = []
+    notes: list[str] = []
+    if on_gpu and tasks + inference > gpn:
+        problems.append(f"launch.coordinator_tasks_per_node={tasks} learner ranks + generation.vllm.inference_gpus="
+                        f"{inference} exceed launch.coordinator_gpus={gpn}: every learner rank and every "
+                        "inference GPU needs a GPU of its own")
+    if placement == "dedicated" and inference < 1:
+        problems.append("generation.vllm.placement=dedicated needs generation.vllm.inference_gpus >= 1")
+    if placement == "dedicated" and vllm.weight_transfer == "ipc":
+        problems.append("generation.vllm.weight_transfer=ipc needs the engine on the learner's GPU "
+                        "(placement=colocated); dedicated engines take weights over nccl (or auto)")
+    if placement == "colocated" and ranks > 1:
+        # The same rule as the launch preflight (check_learner_ranks): only rank 0 holds a generator.
+        problems.append(f"generation.vllm.placement=colocated runs beside one learner rank, not {ranks}: "
+                        "several ranks need generation.vllm.placement=dedicated")
+    ranks_per_node = math.ceil(ranks / nodes)
+    b = DTYPE_BYTES[learner.precision]
+    n, largest, h = counts.total, counts.largest_layer, counts.hidden_size
+
+    # ---- learner phase, one learner GPU
+    states, ds_cpu, deepspeed = model_states(
+        n, largest, ranks_per_node, nodes, learner.zero_stage, learner.precision, learner.optimizer,
+        learner.offload_optimizer, learner.offload_params)
+    gpu = dict(states)
+    host = {"model_states": ds_cpu}
+    reference = 0
+    if learner.kl_coef > 0:  # ZeRO-3: a partitioned inference engine; otherwise a full copy per rank
+        reference = (b * n // ranks + b * largest) if learner.zero_stage == 3 else b * n
+        if learner.zero_stage == 3 and learner.offload_params:
+            host["reference"] = b * n // nodes
+            reference = b * largest
+    gpu["reference"] = reference
+    tokens, generated = _trajectory_tokens(cfg)
+    micro = min(learner.micro_batch_size, math.ceil(cfg.algorithm.groups_per_step * cfg.algorithm.group_size / ranks))
+    seq = micro * tokens
+    layer = (LAYER_VALUES_H * h + LAYER_VALUES_I * counts.intermediate_size) * b * seq
+    # The layer being back-propagated holds its saved values and their gradients (checkpointing: after
+    # recomputing them from its saved input).
+    gpu["activations"] = (counts.num_layers * h * b * seq if learner.gradient_checkpointing
+                          else counts.num_layers * layer) + layer * (2 if learner.gradient_checkpointing else 1)
+    chunk = min(learner.loss_chunk_tokens, micro * generated)
+    gpu["loss_head"] = chunk * counts.vocab_size * LOSS_HEAD_BYTES[learner.precision] + micro * generated * h * b
+    engines = 0
+    weights_16 = VLLM_DTYPE_BYTES[vllm.dtype] * n
+    tp = vllm.tensor_parallel_size
+    if on_gpu:
+        gpu["runtime"] = RUNTIME_BYTES
+        if placement == "colocated":
+            gpu["generator_asleep"] = RUNTIME_BYTES  # level 1: weights on the host, KV cache freed
+            engines = ranks // tp  # one engine per learner GPU (per tp of them)
+            if vllm.sleep_level == 1:
+                host["generator_weights_asleep"] = (ranks_per_node // tp) * weights_16 // tp
+        elif placement == "dedicated":
+            engines = inference // tp
+    host["processes"] = PROCESS_HOST_BYTES * (ranks_per_node + (ranks_per_node // tp if placement == "colocated" else 0)
+                                              + (math.ceil(engines / nodes) if placement == "dedicated" else 0))
+    learner_phase = Phase(gpu, host, "learner GPU" if on_gpu else "CPU (launch.coordinator_gpus=0)")
+
+    # ---- generation phase, one vLLM GPU
+    generation = None
+    kv_needed = 0
+    trajectories = cfg.algorithm.groups_per_step * cfg.algorithm.group_size
+    if use_vllm and on_gpu and engines > 0:
+        budget = int(vllm.gpu_memory_utilization * launch.coordinator_gpu_memory_gb * GIB)
+        per_engine = math.ceil(trajectories / engines)
+        kv_needed = per_engine * (vllm.max_model_len * counts.kv_bytes_per_token + counts.state_bytes_per_sequence) // tp
+        gen_gpu = {"generator_weights": weights_16 // tp, "generator_runtime": RUNTIME_BYTES}
+        gen_gpu["kv_cache"] = max(budget - gen_gpu["generator_weights"] - RUNTIME_BYTES, 0)
+        gen_host = {"processes": host["processes"], "model_states": ds_cpu} | (
+            {"reference": host["reference"]} if "reference" in host else {})
+        if placement == "colocated":  # the learner's states wait in host memory while vLLM generates
+            gen_gpu["learner_asleep"] = RUNTIME_BYTES
+            moved = sum(states.values()) + reference
+            gen_host["learner_states_offloaded"] = ranks_per_node * moved
+        generation = Phase(gen_gpu, gen_host, "vLLM GPU" + (" (= every learner GPU)" if placement == "colocated" else ""))
+        if kv_needed > gen_gpu["kv_cache"]:
+            problems.append(
+                f"generation: the KV cache of {per_engine} trajectories per engine at "
+                f"generation.vllm.max_model_len={vllm.max_model_len} needs {_gb(kv_needed)} GB, vLLM's pool at "
+                f"generation.vllm.gpu_memory_utilization={vllm.gpu_memory_utilization} is {_gb(gen_gpu['kv_cache'])} GB")
+    elif use_vllm and not on_gpu:
+        notes.append("generation.backend=vllm needs GPUs: launch.coordinator_gpus=0")
+    if cfg.world_model.backend == "in_process" and use_vllm:
+        notes.append("world_model.backend=in_process: the world model's own vLLM engine is not counted")
+
+    gpu_memory = int(launch.coordinator_gpu_memory_gb * GIB) if on_gpu else None
+    host_memory = int(launch.coordinator_mem_gb * GIB) if launch.coordinator_mem_gb > 0 else None
+    if gpu_memory is not None:
+        for phase, name in ((learner_phase, "learner"), (generation, "generation")):
+            if phase is not None and phase.gpu_total > HEADROOM * gpu_memory:
+                top = sorted(phase.gpu.items(), key=lambda kv: -kv[1])[:3]
+                problems.append(f"{name} phase needs {_gb(phase.gpu_total)} GB per {phase.gpu_role}, more than "
+                                f"{HEADROOM:.0%} of launch.coordinator_gpu_memory_gb={launch.coordinator_gpu_memory_gb} "
+                                f"(largest: {', '.join(f'{k} {_gb(v)} GB' for k, v in top)})")
+    phases = [p for p in (learner_phase, generation) if p is not None]
+    if host_memory is not None:
+        worst = max(phases, key=lambda p: p.host_total)
+        if worst.host_total > host_memory:
+            problems.append(f"{HOST_PROBLEM}: {_gb(worst.host_total)} GB needed, more than "
+                            f"launch.coordinator_mem_gb={launch.coordinator_mem_gb}")
+    else:
+        notes.append("launch.coordinator_mem_gb=0 (not requested): host memory is not checked")
+    return Plan(checkpoint=checkpoint_cost(cfg, n, ranks), model=model, counts=counts, gpu_memory=gpu_memory, host_memory=host_memory, nodes=nodes,
+                gpus=gpus, learner_ranks=ranks, placement=placement, engines=engines, tokens=tokens,
+                generated=generated, trajectories=trajectories, learner=learner_phase, generation=generation,
+                kv_cache_needed=kv_needed, deepspeed=deepspeed, problems=problems, notes=notes)
+
+
+def checkpoint_cost(cfg: WMRLConfig, n: int, ranks: int) -> dict[str, Any]:
+    """Bytes of one learner checkpoint (DeepSpeed's files: the weights in the learner's precision, the
+    fp32 master copy and Adam's two moments, each rank writing its partition in parallel), what
+    ``learner.keep_checkpoints`` of them hold on disk and what a run writes at ``train.save_every``."""
+    per_param = DTYPE_BYTES[cfg.learner.precision] + (12 if cfg.learner.optimizer == "adamw" else 4)
+    if cfg.learner.precision == "fp32" and cfg.learner.zero_stage == 0:
+        per_param -= 4  # no separate master copy
+    size = per_param * n
+    saves = math.ceil(cfg.train.steps / cfg.train.save_every)
+    return {"size_gb": _gb(size), "per_rank_gb": _gb(size / max(ranks, 1)),
+            "kept_gb": _gb(size * cfg.learner.keep_checkpoints), "saves_per_run": saves,
+            "written_per_run_gb": _gb(size * saves)}
+
+
+# --------------------------------------------------------------------------- what would make it fit
+
+
+def _fix_candidates(cfg: WMRLConfig) -> list[dict[str, Any]]:
+    """Settings tried in order (cumulatively) when a config does not fit: cheapest first."""
+    launch, learner, vllm = cfg.launch, cfg.learner, cfg.generation.vllm
+    per_node = max(8, launch.coordinator_gpus)
+    inference = vllm.inference_gpus if vllm.placement == "dedicated" else 0
+    several_ranks: dict[str, Any] = {"launch.coordinator_gpus": per_node, "launch.coordinator_tasks_per_node": per_node}
+    if cfg.generation.backend == "vllm":  # several ranks: vLLM on a GPU of its own (colocated is one rank)
+        several_ranks = {"launch.coordinator_gpus": per_node,
+                         "launch.coordinator_tasks_per_node": per_node - max(inference, 1),
+                         "generation.vllm.placement": "dedicated", "generation.vllm.inference_gpus": max(inference, 1),
+                         "generation.vllm.weight_transfer": "auto", "generation.vllm.gpu_memory_utilization": 0.9}
+    return [
+        {"launch.coordinator_tasks_per_node": max(launch.coordinator_gpus - inference,
+                                                  launch.coordinator_tasks_per_node)},
+        {"learner.gradient_checkpointing": True},
+        {"learner.micro_batch_size": 1},
+        {"learner.zero_stage": 3},
+        {"learner.loss_chunk_tokens": min(learner.loss_chunk_tokens, 2048)},
+        {"learner.offload_optimizer": True},
+        {"learner.loss_chunk_tokens": min(learner.loss_chunk_tokens, 1024)},
+        {"generation.vllm.gpu_memory_utilization": round(min(0.9, vllm.gpu_memory_utilization + 0.2), 2)},
+        several_ranks,
+        {"learner.offload_params": True},
+    ]
+
+
+def _set(cfg: WMRLConfig, key: str, value: Any) -> None:
+    *path, last = key.split(".")
+    target: Any = cfg
+    for part in path:
+        target = getattr(target, part)
+    setattr(target, last, value)
+
+
+def _get(cfg: WMRLConfig, key: str) -> Any:
+    target: Any = cfg
+    for part in key.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def suggest_fixes(cfg: WMRLConfig, counts: ParameterCounts) -> list[str] | None:
+    """``key=value`` overrides that make ``cfg`` fit (tried cumulatively, kept only where they help);
+    None when even all of them together do not."""
+    trial = copy.deepcopy(cfg)
+    chosen: dict[str, Any] = {}
+    current = plan(trial, counts)
+    if current.fits:
+        return []
+    for candidate in _fix_candidates(cfg):
+        if all(_get(trial, k) == v for k, v in candidate.items()):
+            continue
+        saved = {k: _get(trial, k) for k in candidate}
+        for k, v in candidate.items():
+            _set(trial, k, v)
+        after = plan(trial, counts)
+        if after.fits or _pressure(after) < _pressure(current):
+            chosen.update(candidate)
+            current = after
+        else:
+            for k, v in saved.items():
+                _set(trial, k, v)
+        if not current.fits and all(x.startswith(HOST_PROBLEM) for x in current.problems):
+            # What is left is host memory: ask Slurm for enough (in steps of 50 GB).
+            need = max(ph.host_total for ph in (current.learner, current.generation) if ph is not None)
+            chosen["launch.coordinator_mem_gb"] = 50 * math.ceil(need / GIB / 50)
+            _set(trial, "launch.coordinator_mem_gb", chosen["launch.coordinator_mem_gb"])
+            current = plan(trial, counts)
+        if current.fits:
+            return [f"{k}={_literal(v)}" for k, v in _prune(cfg, trial, chosen, counts).items()
+                    if _get(cfg, k) != v]
+    return None
+
+
+def _prune(cfg: WMRLConfig, trial: WMRLConfig, chosen: dict[str, Any], counts: ParameterCounts) -> dict[str, Any]:
+    """``chosen`` without the overrides a later one made unnecessary (the plan still fits without them)."""
+    kept = dict(chosen)
+    for key in list(chosen):
+        if key.startswith("launch.coordinator_"):
+            continue  # the allocation's keys go together
+        _set(trial, key, _get(cfg, key))
+        if plan(trial, counts).fits:
+            del kept[key]
+        else:
+            _set(trial, key, chosen[key])
+    return kept
+
+
+def _pressure(p: Plan) -> tuple[int, int]:
+    """How far a plan is from fitting: problems, then the largest overshoot in bytes."""
+    over = 0
+    if p.gpu_memory is not None:
+        over = max(ph.gpu_total - int(HEADROOM * p.gpu_memory) for ph in (p.learner, p.generation) if ph is not None)
+        over = max(over, p.kv_cache_needed - (p.generation.gpu.get("kv_cache", 0) if p.generation else 0))
+    return (len(p.problems), over)
+
+
+def _literal(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def plan_with_fixes(cfg: WMRLConfig) -> Plan:
+    """:func:`plan`, and for a config that does not fit, the overrides that would make it fit."""
+    model, counts = model_counts(cfg)
+    result = plan(cfg, counts, model)
+    if not result.fits:
+        fixes = suggest_fixes(cfg, counts)
+        result.fixes = fixes if fixes is not None else []
+        if fixes is None:
+            result.notes.append("no combination of the keys `wmrl plan` tries makes this fit: a smaller "
+                                "model, shorter trajectories or more GPU memory is needed")
+    return result
+
+
+def render(p: Plan) -> str:
+    """The plan as the text `wmrl plan` prints."""
+    lines = [
+        f"model:     {p.model} ({p.counts.total / 1e9:.3f} B parameters, largest layer "
+        f"{p.counts.largest_layer / 1e6:.0f} M, vocabulary {p.counts.vocab_size:,})",
+        f"layout:    {p.nodes} node(s), {p.gpus} GPU(s) of "
+        f"{'-' if p.gpu_memory is None else _gb(p.gpu_memory)} GB, {p.learner_ranks} learner rank(s), "
+        f"vLLM {p.placement} ({p.engines} engine(s))",
+        f"step:      {p.trajectories} trajectories of up to {p.tokens:,} tokens ({p.generated:,} generated)",
+        f"deepspeed: {p.deepspeed['function']}: {p.deepspeed['gpu_gb']} GB per GPU, "
+        f"{p.deepspeed['cpu_gb_per_node']} GB host per node (model states)",
+    ]
+    for name, phase in (("learner", p.learner), ("generation", p.generation)):
+        if phase is None:
+            continue
+        lines.append(f"{name} phase, per {phase.gpu_role}: {_gb(phase.gpu_total)} GB")
+        lines += [f"  {k:<26} {_gb(v):>8.2f} GB" for k, v in phase.gpu.items()]
+        if name == "generation":
+            lines.append(f"  {'(kv cache needed)':<26} {_gb(p.kv_cache_needed):>8.2f} GB")
+        lines.append(f"  host memory per node:      {_gb(phase.host_total):>8.2f} GB "
+                     f"({', '.join(f'{k} {_gb(v)}' for k, v in phase.host.items())})")
+    c = p.checkpoint
+    lines.append(f"checkpoint: {c['size_gb']} GB ({c['per_rank_gb']} GB per rank, written in parallel); "
+                 f"{c['kept_gb']} GB kept; {c['saves_per_run']} saves = {c['written_per_run_gb']} GB per run")
+    lines += [f"note:      {n}" for n in p.notes]
+    if p.fits:
+        lines.append("fits:      yes")
+    else:
+        lines += [f"DOES NOT FIT: {problem}" for problem in p.problems]
+        if p.fixes:
+            lines.append("would fit with: " + " ".join(p.fixes))
+    return "\n".join(lines)
