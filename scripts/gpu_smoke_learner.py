@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from wmrl.config import load_config
     from wmrl.models.architecture import parameter_counts
-    from wmrl.planning import plan
+    from wmrl.orchestration.memory_plan import plan
 
     cuda = args.device == "cuda"
     layout = [

@@ -61,7 +61,9 @@ def test_scale_configs_world_model_has_the_paper_budgets(cfg):
 @needs_llm
 def test_scale_configs_run_the_llm_trainer_on_slurm_with_vllm_and_apptainer(cfg):
     assert cfg.trainer == "llm"
-    assert cfg.generation.backend == "vllm" and cfg.generation.vllm.weight_transfer == "ipc"
+    # vLLM on a GPU of its own beside the learner ranks, weights over NCCL (docs/cluster.md, placement)
+    assert cfg.generation.backend == "vllm" and cfg.generation.vllm.placement == "dedicated"
+    assert cfg.generation.vllm.weight_transfer == "nccl" and cfg.generation.vllm.inference_gpus == 1
     assert cfg.sandbox.backend == "apptainer" and cfg.sandbox.apptainer_image.endswith(".sif")
     assert cfg.launch.executor == "slurm"
     assert cfg.launch.coordinator_gpus >= 1 and cfg.launch.worker_gpus == 1 == cfg.sandbox.gpus

@@ -113,7 +113,7 @@ def check_memory_plan(cfg: WMRLConfig) -> None:
     or model.path's config.json on this machine)."""
     if cfg.launch.coordinator_gpus == 0 or cfg.trainer != "llm":
         return
-    from wmrl.planning import model_config_source, plan_with_fixes
+    from wmrl.orchestration.memory_plan import model_config_source, plan_with_fixes
 
     try:
         model_config_source(cfg)
