@@ -107,13 +107,27 @@ class TransformersGenerator:
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        generators = [torch.Generator().manual_seed(s) for s in seeds]
-        warpers = self._warpers(params) if params.temperature > 0 else None
         # The config gives hybrid models (Qwen3.5: Gated-DeltaNet + attention layers) their per-layer caches.
         cache = DynamicCache(config=self.model.config)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1, :]
-        rows = len(prompts)
+        logits = self.extend(ids, mask, positions, cache, logits_to_keep=1)
+        return self.decode(cache, logits, mask, positions[:, -1:], params, seeds, started)
+
+    def extend(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        """The model on ``ids`` after what ``cache`` holds (extended in place): the last column's logits."""
+        extra = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                          **extra, **{self._cache_kw: cache}).logits[:, -1, :]
+
+    @torch.no_grad()
+    def decode(self, cache: Any, logits: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+               params: SamplingParams, seeds: list[int], started: float) -> list[Generation]:
+        """Draw every row's tokens from a prefilled ``cache``: ``logits`` are the next token's (one row per
+        request), ``mask`` covers the cached columns and ``positions`` holds each row's last position."""
+        device = self.device
+        generators = [torch.Generator().manual_seed(s) for s in seeds]
+        warpers = self._warpers(params) if params.temperature > 0 else None
+        rows = logits.shape[0]
         tokens: list[list[int]] = [[] for _ in range(rows)]
         logps: list[list[float]] = [[] for _ in range(rows)]
         done = [False] * rows
@@ -123,8 +137,8 @@ class TransformersGenerator:
             raw_logp = torch.log_softmax(logits, dim=-1)
             if warpers is None:
                 chosen = logits.argmax(dim=-1).tolist()
-            else:
-                probs = torch.softmax(warpers(ids, logits), dim=-1).cpu()
+            else:  # temperature and top-p read only the scores, not the ids
+                probs = torch.softmax(warpers(None, logits), dim=-1).cpu()
                 chosen = [int(torch.multinomial(probs[r], 1, generator=generators[r])) for r in range(rows)]
             for r in range(rows):
                 if not done[r]:
@@ -136,9 +150,8 @@ class TransformersGenerator:
             step = torch.tensor([[c if not d or c in stop else self.pad_id] for c, d in zip(chosen, done)],
                                 device=device)
             mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
-            positions = positions[:, -1:] + 1
-            logits = self.model(input_ids=step, attention_mask=mask, position_ids=positions, use_cache=True,
-                                **{self._cache_kw: cache}).logits[:, -1, :]
+            positions = positions + 1
+            logits = self.extend(step, mask, positions, cache)
         seconds = (time.perf_counter() - started) / rows
         return [
             Generation(

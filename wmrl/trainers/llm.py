@@ -128,6 +128,10 @@ class LLMTrainer:
             return HTTPBackend(wm.url, wm.model or str(self.model_path), wm.max_new_tokens, wm.temperature,
                                wm.seed, concurrency=wm.concurrency, timeout_s=wm.timeout_s, retries=wm.retries)
         frozen = build_generator(self.model_path, self.cfg.generation, self.cfg.model.dtype)
+        if wm.share_prefixes:
+            from wmrl.generation.shared_prefix import sharing_prefixes
+
+            frozen = sharing_prefixes(frozen, wm.batch_size)
         return InProcessBackend(frozen, wm.max_new_tokens, wm.temperature, wm.seed)
 
     # ------------------------------------------------------------------ one step

@@ -25,6 +25,11 @@ class WorldModelConfig:
     # that both backends cut the prompt identically without a tokenizer on the client side.
     max_overview_chars: int = 36000
     temperature: float = 0.0  # greedy: a frozen simulator should say the same thing twice
+    # in_process on the transformers backend: the prefix the checks of a submission (and the submissions
+    # of a task) share is prefilled once, and up to `batch_size` requests decode together
+    # (wmrl/generation/shared_prefix.py; the same answers as without, measured 2.3x fewer CPU-seconds).
+    share_prefixes: bool = True
+    batch_size: int = 128
     seed: int = 0
     # A failing check with confidence >= this makes the solution predicted-invalid.
     fail_threshold: float = 0.5
@@ -62,6 +67,7 @@ class WorldModelConfig:
         check_range(f"{prefix}.max_new_tokens", self.max_new_tokens, 1)
         check_range(f"{prefix}.max_overview_chars", self.max_overview_chars, 100)
         check_range(f"{prefix}.temperature", self.temperature, 0.0)
+        check_range(f"{prefix}.batch_size", self.batch_size, 1)
         check_range(f"{prefix}.fail_threshold", self.fail_threshold, 0.0, 1.0, low_open=True)
         check_range(f"{prefix}.fallback_quality", self.fallback_quality, 0.0, 1.0)
         check_range(f"{prefix}.concurrency", self.concurrency, 1)
