@@ -80,7 +80,8 @@ def test_the_readme_command_and_the_test_script_install_from_the_lock(where):
     installs = package_installs(text)
     assert installs, f"{where} installs nothing"
     for args in installs:
-        assert "-c" in args and args[args.index("-c") + 1] == LOCK, f"{where}: pip install {' '.join(args)} skips -c {LOCK}"
+        assert "-c" in args and args[args.index("-c") + 1] == LOCK, \
+            f"{where}: pip install {' '.join(args)} skips -c {LOCK}"
 
 
 def test_ci_runs_the_test_script():

@@ -141,8 +141,10 @@ class SharedPrefixGenerator:
             for batch in _batches(wave, [nodes[i].end - nodes[i].start for i in wave]):
                 spans = [nodes[i] for i in batch]
                 room = max(node.end - node.start for node in spans)
-                base = (_gathered(parts, [where[node.parent] for node in spans], max(node.start for node in spans), room)
-                        if depth else None)
+                base = None
+                if depth:  # one copy of each parent's row, with room for the span
+                    parents = [where[node.parent] for node in spans]
+                    base = _gathered(parts, parents, max(node.start for node in spans), room)
                 for r, i in enumerate(batch):
                     where[i] = (len(parts), r)
                 parts.append(self._prefill(spans, prompts, base))
