@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from wmrl.config import load_config
+from wmrl.configs import TINY_CONFIG
 from wmrl.generation.hf import TransformersGenerator
 from wmrl.generation.shared_prefix import sharing_prefixes
 from wmrl.models.init import ensure_tiny_model, pool_root_for
@@ -66,11 +67,15 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=28, help="scored by the world model per step")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--new-tokens", type=int, default=0,
+                        help="world_model.max_new_tokens (default: the tiny config's 96); fewer stands for an SFT'd "
+                             "model's answers, which stop after their JSON")
     parser.add_argument("--out", default="results/bench_world_model")
     args = parser.parse_args()
 
-    cfg = load_config()
+    cfg = load_config(TINY_CONFIG)  # the default run's world model: 3 checks, 96 new tokens, short prompts
     wm = cfg.world_model
+    wm.max_new_tokens = args.new_tokens or wm.max_new_tokens
     model = args.model or str(ensure_tiny_model(cfg.model, cfg.tasks.root)[0])
     plain = TransformersGenerator.from_path(model, device="cpu", batch_size=cfg.generation.batch_size)
     variants = {"before": plain, "after": sharing_prefixes(plain, wm.batch_size)}

@@ -27,7 +27,7 @@ class WorldModelConfig:
     temperature: float = 0.0  # greedy: a frozen simulator should say the same thing twice
     # in_process on the transformers backend: the prefix the checks of a submission (and the submissions
     # of a task) share is prefilled once, and up to `batch_size` requests decode together
-    # (wmrl/generation/shared_prefix.py; the same answers as without, measured 2.3x fewer CPU-seconds).
+    # (wmrl/generation/shared_prefix.py; the same answers, half the CPU-seconds: results/bench_world_model.md).
     share_prefixes: bool = True
     batch_size: int = 128
     seed: int = 0
