@@ -24,6 +24,11 @@ class IntermixedParser(argparse.ArgumentParser):
             self._inside = False
 
 
+def add_command(subparsers: Any, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` description is the first line of its module's docstring ``doc``."""
+    return subparsers.add_parser(name, help=help, description=doc.splitlines()[0] if doc else None)
+
+
 def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     """``[CONFIG] [key=value ...]``: the first argument is the config file unless it is an override."""
     from wmrl.config import ConfigError

@@ -20,11 +20,13 @@ from typing import Any
 from wmrl.config import ConfigError
 from wmrl.io import atomic_write_text, read_json
 from wmrl.sweep.records import COST_METRIC, RECORDS, SCORE_METRIC, RunRecord
+from wmrl.cli.args import add_command
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("compare", help="table + plots comparing a sweep's runs (score, GPU-hours, speedup)",
-                              description=__doc__.splitlines()[0] if __doc__ else None)
+    p = add_command(
+        subparsers, "compare", "table + plots comparing a sweep's runs (score, GPU-hours, speedup)",
+        __doc__)
     p.add_argument("source", nargs="?", metavar="DIR", help="a sweep directory, or a directory with records.jsonl")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (for --parent/--runs/--filter)")
     p.add_argument("--parent", default=None, metavar="RUN_ID", help="the sweep's MLflow parent run")

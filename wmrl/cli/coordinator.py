@@ -17,12 +17,13 @@ import signal
 
 from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.rundir import RunDir
+from wmrl.cli.args import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "coordinator", help="run a run's coordinator in this process (the body of a plain sbatch job)",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = add_command(
+        subparsers, "coordinator", "run a run's coordinator in this process (the body of a plain sbatch job)",
+        __doc__)
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (wmrl launch CONFIG --no-submit)")
     parser.set_defaults(func=run)
 

@@ -22,13 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import split_config_args
+from wmrl.cli.args import add_command, split_config_args
 from wmrl.config import ConfigError, load_config
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("eval", help="avg@k of a model or a run's checkpoint, really executed",
-                                   description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = add_command(
+        subparsers, "eval", "avg@k of a model or a run's checkpoint, really executed",
+        __doc__)
     parser.add_argument("target", metavar="MODEL_OR_RUN", help="a run directory or a Hugging Face model directory")
     parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                         help="for a model directory: YAML config (default: the tiny default), then overrides")

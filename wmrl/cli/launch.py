@@ -19,12 +19,13 @@ from wmrl.orchestration.lock import RunLock, RunLockHeld
 from wmrl.orchestration.preflight import preflight
 from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
 from wmrl.orchestration.slurm import COORDINATOR, WORKERS, sbatch_command_options
+from wmrl.cli.args import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "launch", help="start a run: coordinator + anchor workers (Slurm via submitit, or local)",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = add_command(
+        subparsers, "launch", "start a run: coordinator + anchor workers (Slurm via submitit, or local)",
+        __doc__)
     parser.add_argument("config", metavar="CONFIG",
                         help="YAML config (e.g. configs/e2e-local.yaml), or a run directory to relaunch it "
                              "with its own config")

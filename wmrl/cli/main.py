@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ConfigError as err:
         return _fail(args, f"wmrl: config error: {err}")
+    except FileNotFoundError as err:  # a run directory, config or model that is not there
+        return _fail(args, f"wmrl {args.command}: {err}")
     except KeyboardInterrupt:
         print("wmrl: interrupted", file=sys.stderr)
         return 130

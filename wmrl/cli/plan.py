@@ -12,12 +12,13 @@ import argparse
 import json
 
 from wmrl.config import load_config
+from wmrl.cli.args import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "plan", help="memory per GPU and per node of a config, before anything is queued (exit 2: does not fit)",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = add_command(
+        subparsers, "plan", "memory per GPU and per node of a config, before anything is queued (exit 2: does not fit)",
+        __doc__)
     parser.add_argument("config", metavar="CONFIG", help="YAML config, e.g. configs/qwen3.5-4b.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

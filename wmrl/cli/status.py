@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
@@ -215,11 +214,7 @@ def _count(states: list[str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        run_dir = RunDir.open(args.run_dir)
-    except FileNotFoundError as err:
-        print(f"wmrl status: {err}", file=sys.stderr)
-        return 2
+    run_dir = RunDir.open(args.run_dir)  # not there: main() says so and exits 2
     info = collect(run_dir)
     print(json.dumps(info, indent=1, default=str) if args.json else render(info))
     return 0

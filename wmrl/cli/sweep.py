@@ -13,11 +13,13 @@ from typing import Any
 
 from wmrl.sweep.runner import EXECUTORS, prepare, run_sweep
 from wmrl.sweep.spec import load_spec
+from wmrl.cli.args import add_command
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("sweep", help="run a sweep of runs (grid x seeds) under one MLflow parent run",
-                              description=__doc__.splitlines()[0] if __doc__ else None)
+    p = add_command(
+        subparsers, "sweep", "run a sweep of runs (grid x seeds) under one MLflow parent run",
+        __doc__)
     p.add_argument("spec", metavar="SPEC", help="sweep spec, e.g. sweeps/anchor_frac_wmax.yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="config overrides for every run (runs_root=..., tracking.uri=...)")

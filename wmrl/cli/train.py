@@ -15,15 +15,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import IntermixedParser, split_config_args
+from wmrl.cli.args import IntermixedParser, add_command, split_config_args
 from wmrl.config import ConfigError, load_config
 from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "train", help="train an LLM research agent with WMRL (default: the tiny CPU agent)",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = add_command(
+        subparsers, "train", "train an LLM research agent with WMRL (default: the tiny CPU agent)",
+        __doc__)
     parser.__class__ = IntermixedParser  # options and key=value overrides in any order
     parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                         help=f"YAML config (default {DEFAULT_CONFIG.name}, packaged with wmrl), then overrides")

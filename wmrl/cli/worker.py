@@ -30,11 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        run_dir = RunDir.open(args.run_dir)
-    except FileNotFoundError as err:
-        print(f"wmrl worker: {err}", file=sys.stderr)
-        return 2
+    run_dir = RunDir.open(args.run_dir)  # not there: main() says so and exits 2
     if args.idle_timeout is not None and args.idle_timeout <= 0:
         print(f"wmrl worker: --idle-timeout {args.idle_timeout} must be > 0", file=sys.stderr)
         return 2

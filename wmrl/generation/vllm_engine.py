@@ -55,6 +55,9 @@ from wmrl.generation.hf import request_seeds, stop_token_ids
 
 SUPPORTED_VLLM = ((0, 27), (0, 34))  # [lowest, first unsupported) (major, minor): the `gpu` extra's pin
 NCCL_PACKED_AT_INIT = (0, 28)  # from this release the NCCL `packed` flag is an init_info key
+# generation.vllm keys that are vLLM EngineArgs fields of the same name, passed through as they are.
+ENGINE_ARGS = ("dtype", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager",
+               "enable_prefix_caching")
 SEND_CHUNK_BYTES = 512 * 2**20  # weights handed to vLLM per update_weights call
 
 
@@ -247,19 +250,9 @@ class VLLMGenerator:
         check_gpu_memory(cfg.gpu_memory_utilization, devices)
         visible = _visible_to_children(devices) if cfg.placement == "dedicated" else contextlib.nullcontext()
         with visible:
-            self.llm = vllm.LLM(
-                model=path,
-                tokenizer=path,
-                dtype=cfg.dtype,
-                seed=seed,
-                tensor_parallel_size=cfg.tensor_parallel_size,
-                gpu_memory_utilization=cfg.gpu_memory_utilization,
-                max_model_len=cfg.max_model_len,
-                enforce_eager=cfg.enforce_eager,
-                enable_prefix_caching=cfg.enable_prefix_caching,
-                enable_sleep_mode=self.sleeps,
-                weight_transfer_config=weight_transfer,
-            )
+            self.llm = vllm.LLM(model=path, tokenizer=path, seed=seed, enable_sleep_mode=self.sleeps,
+                                weight_transfer_config=weight_transfer,
+                                **{name: getattr(cfg, name) for name in ENGINE_ARGS})
         self.tokenizer = load_tokenizer(path)
         self.stop_ids = stop_token_ids(self.tokenizer)
         self.composite = is_composite(path)
