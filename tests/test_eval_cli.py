@@ -26,6 +26,22 @@ def test_eval_of_a_runs_final_checkpoint_gives_the_runs_final_evaluation(micro_r
     assert "trajectories, every submission executed" in done.stderr and "eval: done in" in done.stderr
 
 
+def test_eval_of_an_exported_model_repeats_the_runs_final_evaluation(micro_run, tmp_path):
+    after = next(e for e in map(json.loads, (micro_run / "evals.jsonl").read_text().splitlines())
+                 if e["label"] == "after")
+    exported = tmp_path / "exported"
+    assert wmrl("export", str(micro_run), str(exported)).returncode == 0
+    assert json.loads((exported / "wmrl_export.json").read_text())["step"] == after["step"]
+    out = tmp_path / "model-eval.json"
+    # The run's own config (seed, sampling, tasks) with the exported weights; the step comes from the export.
+    done = wmrl("eval", str(exported), str(micro_run / "config.yaml"), "--pool", after["split"],
+                "--k", str(after["k"]), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    mine = json.loads(out.read_text())
+    assert mine["step"] == after["step"]
+    assert [(t["task_id"], t["scores"]) for t in mine["tasks"]] == [(t["task_id"], t["scores"]) for t in after["tasks"]]
+
+
 def test_train_logs_evaluation_progress_before_the_first_step(micro_run):
     log = (micro_run / "logs" / "coordinator.log").read_text()
     start = log.index("evaluation before (train): 1 tasks x k=1 = 1 trajectories, every submission executed")

@@ -6,7 +6,8 @@ stream), so a run's checkpoint evaluated here with the run's seed and k gives th
 
 MODEL_OR_RUN is a run directory (its config, its learner checkpoint of ``--step``, default the newest,
 exported to a temporary Hugging Face directory) or a Hugging Face model directory (evaluated with CONFIG
-or the tiny default's config and ``key=value`` overrides). Executions run here, ``launch.workers`` at a
+or the tiny default's config and ``key=value`` overrides; a directory ``wmrl export`` wrote records its step,
+whose evaluation stream it repeats, so it gives the run's numbers too). Executions run here, ``launch.workers`` at a
 time, in the configured sandbox. Writes a Markdown table to stdout and the whole report as JSON
 (``--out``, default ``RUN/evals-cli/...json`` or ``./wmrl-eval-...json``), progress on stderr.
 """
@@ -35,7 +36,9 @@ def register(subparsers: Any) -> None:
                         help="for a model directory: YAML config (default: the tiny default), then overrides")
     parser.add_argument("--pool", choices=("heldout", "train"), default="heldout", help="which split to evaluate")
     parser.add_argument("--k", type=int, default=None, help="trajectories per task (default: train.eval_k)")
-    parser.add_argument("--step", type=int, default=None, help="a run's checkpoint step (default: the newest)")
+    parser.add_argument("--step", type=int, default=None,
+                        help="a run's checkpoint step (default: the newest); for a model directory, the step "
+                             "whose evaluation stream to draw (default: the step `wmrl export` recorded, else 0)")
     parser.add_argument("--tasks", type=int, default=None,
                         help="evaluate the first N tasks of the split (default: train.eval_tasks; 0 = all)")
     parser.add_argument("--out", default=None, help="where to write the JSON report")
@@ -71,15 +74,20 @@ def _policy_source(target: Path, args: argparse.Namespace, scratch: Path) -> tup
     from wmrl.orchestration.rundir import RunDir
 
     if (target / "config.json").is_file():  # a Hugging Face model directory (a run keeps config.yaml)
-        if args.step is not None:
-            raise ConfigError(f"--step={args.step} is for a run directory; {target} is a model directory")
+        from wmrl.learner.export import EXPORT_RECORD
+
+        # For a model, --step picks the evaluation's random stream (that of a run after N steps); a model
+        # `wmrl export` wrote carries its step, so its evaluation repeats the run's own at that step.
+        record = target / EXPORT_RECORD
+        exported = json.loads(record.read_text())["step"] if record.is_file() else 0
+        step = args.step if args.step is not None else int(exported)
         config, overrides = split_config_args(args.args)
         if config is None:
             from wmrl.configs import TINY_CONFIG
 
             config = str(TINY_CONFIG)
         cfg = load_config(config, [*overrides, f"model.path={target}"])
-        return cfg, target, 0, Path.cwd() / f"wmrl-eval-{target.name}-{args.pool}.json"
+        return cfg, target, step, Path.cwd() / f"wmrl-eval-{target.name}-{args.pool}.json"
     if args.args:
         raise ConfigError(f"{target} is a run directory: it is evaluated with its own config; "
                           f"drop {' '.join(args.args)}")

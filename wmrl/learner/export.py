@@ -8,6 +8,7 @@ The result is the standard layout ``transformers`` and vLLM load (``from_pretrai
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -18,6 +19,8 @@ import torch
 from wmrl.io import TMP_PREFIX, fsync_dir, step_name
 from wmrl.learner.checkpoint import complete_checkpoints, read_meta
 from wmrl.models.loading import text_config
+
+EXPORT_RECORD = "wmrl_export.json"  # written beside the weights: the step and checkpoint exported
 
 LEARNER_CHECKPOINTS = Path("checkpoints") / "learner"  # inside a run directory
 
@@ -87,6 +90,9 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
             AutoTokenizer.from_pretrained(str(hf), local_files_only=True).save_pretrained(str(staging))
         if (hf / "generation_config.json").is_file():
             shutil.copy2(hf / "generation_config.json", staging / "generation_config.json")
+        # Which learner step this is: `wmrl eval` replays that step's evaluation stream by default.
+        (staging / EXPORT_RECORD).write_text(json.dumps({"step": int(read_meta(checkpoint)["step"]),
+                                                         "checkpoint": str(checkpoint)}) + "\n")
         for path in staging.iterdir():
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
