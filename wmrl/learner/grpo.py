@@ -108,9 +108,10 @@ class GRPOLearner:
         # flattened to one row per loss token, chunk by chunk (wmrl/learner/head.py).
         where = b.target_mask.bool()
         targets = b.input_ids[:, 1:][where]
+        n_chunks = self._agreed_chunks(len(targets))
         hidden = head.final_hidden_states(self.engine, b.input_ids, b.attention_mask, where)
         policy = head.policy_tokens(
-            head.output_head(self.engine), hidden, targets, cfg.temperature, cfg.loss_chunk_tokens
+            head.output_head(self.engine), hidden, targets, cfg.temperature, cfg.loss_chunk_tokens, n_chunks
         )
         ref_logp = None
         if self.reference is not None:
@@ -118,7 +119,7 @@ class GRPOLearner:
                 ref_hidden = head.final_hidden_states(self.reference, b.input_ids, b.attention_mask, where)
                 ref_logp = head.reference_log_probs(
                     head.output_head(self.reference), ref_hidden, targets, cfg.temperature,
-                    cfg.loss_chunk_tokens,
+                    cfg.loss_chunk_tokens, n_chunks,
                 )
         # The generators return raw log-probs (before temperature, docs/models.md): the ratio's value
         # compares like with like, its gradient is the tempered policy's (wmrl/learner/loss.py).
@@ -128,17 +129,32 @@ class GRPOLearner:
             raw_logp=policy.raw_logp, ref_logp=ref_logp,
         )
         stats = torch.cat([out.sums, out.loss.detach().double().reshape(1)])
-        return out.loss, stats, out.ratio_max
+        return out.loss + policy.padding, stats, out.ratio_max
+
+    def _agreed_chunks(self, n_targets: int) -> int:
+        """The LM-head calls of this micro-batch on every rank: the busiest rank's chunk count (under
+        ZeRO-3 each call gathers the head's weight, a collective every rank must join)."""
+        local = head.chunk_count(n_targets, self.cfg.loss_chunk_tokens)
+        if self.world_size == 1:
+            return local
+        return int(all_reduce(torch.tensor([local], device=self.device), "max").item())
 
     def _idle_loss(self) -> torch.Tensor:
-        """A zero loss through the whole model, for a rank with fewer micro-batches than the others."""
+        """A zero loss for a rank with fewer micro-batches than the others, through the calls a busy
+        micro-batch makes, in its order (model, head chunks, reference): ZeRO gathers and reduces in them."""
+        cfg = self.cfg
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
-        logits = self.engine(input_ids=ids).logits
-        if self.reference is not None and self.cfg.zero_stage == 3:
-            # Its forward gathers too: join it, in the busy ranks' order (policy, then reference).
+        mask, none = torch.ones_like(ids), torch.zeros((1, 1), dtype=torch.bool, device=self.device)
+        n_chunks = self._agreed_chunks(0)
+        hidden = head.final_hidden_states(self.engine, ids, mask, none)
+        policy = head.policy_tokens(head.output_head(self.engine), hidden, ids[:, 1:][none], cfg.temperature,
+                                    cfg.loss_chunk_tokens, n_chunks)
+        if self.reference is not None and cfg.zero_stage == 3:
             with torch.no_grad():
-                self.reference(input_ids=ids)
-        return logits.sum() * 0.0
+                ref_hidden = head.final_hidden_states(self.reference, ids, mask, none)
+                head.reference_log_probs(head.output_head(self.reference), ref_hidden, ids[:, 1:][none],
+                                         cfg.temperature, cfg.loss_chunk_tokens, n_chunks)
+        return policy.padding + hidden.sum() * 0.0
 
     def _metrics(
         self, sums: torch.Tensor, ratio_max: torch.Tensor, n_rows: int, n_micro: int,

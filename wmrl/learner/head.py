@@ -17,7 +17,10 @@ the hidden states at the loss positions are gathered, and the LM head runs over 
 
 The head is called as a module (``lm_head(hidden)``), never through its ``weight``: under ZeRO-3 the
 module's forward hooks gather the partitioned weight (in the forward and in the recompute), and a
-tied embedding is the same parameter either way.
+tied embedding is the same parameter either way. Each call is then a collective: with several ZeRO-3
+ranks every rank must call the head as often as the others (``n_chunks``: the busiest rank's chunk
+count; a rank with fewer loss positions, or an idle one, runs padding chunks on a zero row whose output
+enters the loss times 0, so that their backward recomputes, and gathers, too).
 """
 
 from __future__ import annotations
@@ -49,6 +52,19 @@ class PolicyTokens:
     logp: torch.Tensor  # log pi_T(token): the tempered policy, differentiable
     entropy: torch.Tensor  # entropy of pi_T at the position, differentiable
     raw_logp: torch.Tensor  # log softmax(logits)(token) before temperature, detached (the sampler's scale)
+    padding: torch.Tensor  # 0, attached to the padding chunks' graph: add it to the loss
+
+
+def chunk_count(n_rows: int, chunk_tokens: int) -> int:
+    """How many head calls ``n_rows`` loss positions take (0 for none)."""
+    return -(-n_rows // chunk_tokens)
+
+
+def _padding_rows(hidden: torch.Tensor, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` one-row chunks of zeros (target 0): head calls that only keep the ranks' collectives in step."""
+    row = hidden.new_zeros((1, hidden.shape[-1]))
+    target = torch.zeros(1, dtype=torch.long, device=hidden.device)
+    return [(row, target)] * n
 
 
 def output_head(model: Any) -> torch.nn.Module:
@@ -130,31 +146,40 @@ def _policy_chunk(
 
 def policy_tokens(
     lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-    chunk_tokens: int,
+    chunk_tokens: int, n_chunks: int = 0,
 ) -> PolicyTokens:
     """Tempered log-probs and entropies (with gradients) and raw log-probs of ``targets`` ``(N,)``.
 
-    ``hidden`` is ``(N, H)``; the head runs on ``chunk_tokens`` rows at a time, recomputed in backward.
+    ``hidden`` is ``(N, H)``; the head runs on ``chunk_tokens`` rows at a time, recomputed in backward,
+    and ``n_chunks - chunk_count(N)`` more times on padding rows (module docstring).
     """
     parts = [
         checkpoint(_policy_chunk, lm_head, hidden[s], targets[s], temperature, use_reentrant=False)
         for s in _chunks(len(targets), chunk_tokens)
     ]
+    padding = hidden.sum() * 0.0
+    for row, target in _padding_rows(hidden, n_chunks - len(parts)):
+        logp, entropy, _ = checkpoint(_policy_chunk, lm_head, row, target, temperature, use_reentrant=False)
+        padding = padding + (logp.sum() + entropy.sum()) * 0.0
     if not parts:  # no loss position in this micro-batch: empty, still attached to the graph
         empty = hidden.sum(-1)[:0].float()
-        return PolicyTokens(empty, empty, empty.detach())
+        return PolicyTokens(empty, empty, empty.detach(), padding)
     logp, entropy, raw = (torch.cat(column) for column in zip(*parts, strict=True))
-    return PolicyTokens(logp, entropy, raw)
+    return PolicyTokens(logp, entropy, raw, padding)
 
 
 @torch.no_grad()
 def reference_log_probs(
     lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-    chunk_tokens: int,
+    chunk_tokens: int, n_chunks: int = 0,
 ) -> torch.Tensor:
-    """Tempered log-probs of ``targets`` ``(N,)`` under a frozen model: no entropy, no graph."""
+    """Tempered log-probs of ``targets`` ``(N,)`` under a frozen model: no entropy, no graph (and
+    ``n_chunks - chunk_count(N)`` padding calls, module docstring)."""
     out = torch.empty(len(targets), dtype=torch.promote_types(hidden.dtype, torch.float32), device=hidden.device)
-    for s in _chunks(len(targets), chunk_tokens):
+    chunks = _chunks(len(targets), chunk_tokens)
+    for s in chunks:
         logits = at_least_fp32(lm_head(hidden[s])) / temperature
         out[s] = torch.log_softmax(logits, dim=-1).gather(-1, targets[s, None])[:, 0]
+    for row, _ in _padding_rows(hidden, n_chunks - len(chunks)):
+        lm_head(row)
     return out
