@@ -43,11 +43,12 @@ def main() -> None:
     # ZeRO-3: partition every parameter of the tiny model (DeepSpeed keeps small ones whole by default)
     parser.add_argument("--persistence-threshold", type=int, default=100_000)
     parser.add_argument("--bucket-mb", type=float, default=512.0)
+    parser.add_argument("--loss-chunk-tokens", type=int, default=4096)
     parser.add_argument("--follow", action="store_true")  # ranks 1.. follow rank 0 instead of running the loop
     parser.add_argument("--sync-out", default="")  # where rank 0 writes the bucketed weight sync's tensors
     args = parser.parse_args()
 
-    cfg = LearnerConfig(lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro,
+    cfg = LearnerConfig(loss_chunk_tokens=args.loss_chunk_tokens, lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro,
                         offload_optimizer=args.offload_optimizer, offload_params=args.offload_params,
                         gradient_checkpointing=args.gradient_checkpointing,
                         zero3_persistence_threshold=args.persistence_threshold, weight_sync_bucket_mb=args.bucket_mb)

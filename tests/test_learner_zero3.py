@@ -58,6 +58,14 @@ def zero3_offload(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return out
 
 
+@pytest.fixture(scope="module")
+def zero3_small_chunks(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two ZeRO-3 ranks whose micro-batches need different numbers of 4-token head chunks."""
+    out = tmp_path_factory.mktemp("chunks") / "two.pt"
+    _run(["--model", str(model_dir), *ZERO3, *SGD, "--loss-chunk-tokens", "4", "--out", str(out)], ranks=2)
+    return out
+
+
 def _assert_same_update(one_path: Path, two_path: Path) -> None:
     one, one_meta = _load(one_path)
     two, two_meta = _load(two_path)
@@ -75,6 +83,11 @@ def _assert_same_update(one_path: Path, two_path: Path) -> None:
 
 def test_two_zero3_ranks_give_the_update_of_one_rank_with_accumulation(one_rank: Path, zero3: Path) -> None:
     _assert_same_update(one_rank, zero3 / "two.pt")
+
+
+def test_ranks_with_different_head_chunk_counts_give_the_same_update(one_rank: Path, zero3_small_chunks: Path) -> None:
+    # Each head call gathers the partitioned head: the ranks agree on the busiest rank's count (this hung).
+    _assert_same_update(one_rank, zero3_small_chunks)
 
 
 def test_optimizer_and_parameter_offload_give_the_same_update(one_rank: Path, zero3_offload: Path) -> None:

@@ -62,6 +62,7 @@ class GRPOLearner:
         self.rank, self.world_size = built.rank, built.world_size
         self.pad_id = int(getattr(self.engine.module.config, "pad_token_id", None) or 0)
         self.updates = 0  # optimizer steps taken (restored by load_checkpoint)
+        self._head_calls = 0  # LM-head calls per micro-batch in the current update (several ranks)
 
     # ------------------------------------------------------------------ the update
     def update(self, groups: Groups, advantages: np.ndarray, weights: np.ndarray) -> dict[str, float]:
@@ -81,6 +82,7 @@ class GRPOLearner:
         )
         # Every rank runs as many backward passes as the busiest one (ZeRO reduces inside backward).
         n_micro = int(all_reduce(torch.tensor([len(mine)], device=self.device), "max").item())
+        self._head_calls = self._agreed_head_calls(mine)
         sums = torch.zeros(len(STAT_SUMS) + 1, dtype=torch.float64, device=self.device)
         ratio_max = torch.zeros(1, dtype=torch.float64, device=self.device)
         with PeakMemory(self.device) as memory:
@@ -108,7 +110,7 @@ class GRPOLearner:
         # flattened to one row per loss token, chunk by chunk (wmrl/learner/head.py).
         where = b.target_mask.bool()
         targets = b.input_ids[:, 1:][where]
-        n_chunks = self._agreed_chunks(len(targets))
+        n_chunks = self._head_calls
         hidden = head.final_hidden_states(self.engine, b.input_ids, b.attention_mask, where)
         policy = head.policy_tokens(
             head.output_head(self.engine), hidden, targets, cfg.temperature, cfg.loss_chunk_tokens, n_chunks
@@ -131,12 +133,14 @@ class GRPOLearner:
         stats = torch.cat([out.sums, out.loss.detach().double().reshape(1)])
         return out.loss + policy.padding, stats, out.ratio_max
 
-    def _agreed_chunks(self, n_targets: int) -> int:
-        """The LM-head calls of this micro-batch on every rank: the busiest rank's chunk count (under
-        ZeRO-3 each call gathers the head's weight, a collective every rank must join)."""
-        local = head.chunk_count(n_targets, self.cfg.loss_chunk_tokens)
+    def _agreed_head_calls(self, micro_batches: list[list[batching.Row]]) -> int:
+        """LM-head calls per micro-batch for this update, the same on every rank and in every micro-batch
+        (0: as many as the micro-batch needs). Under ZeRO-3 each call gathers the head's weight, a
+        collective every rank must join, and ZeRO-3's prefetch follows the modules' recorded order."""
         if self.world_size == 1:
-            return local
+            return 0
+        positions = [sum(sum(row.loss_mask[1:]) for row in rows) for rows in micro_batches]
+        local = max((head.chunk_count(n, self.cfg.loss_chunk_tokens) for n in positions), default=0)
         return int(all_reduce(torch.tensor([local], device=self.device), "max").item())
 
     def _idle_loss(self) -> torch.Tensor:
@@ -145,7 +149,7 @@ class GRPOLearner:
         cfg = self.cfg
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
         mask, none = torch.ones_like(ids), torch.zeros((1, 1), dtype=torch.bool, device=self.device)
-        n_chunks = self._agreed_chunks(0)
+        n_chunks = self._head_calls
         hidden = head.final_hidden_states(self.engine, ids, mask, none)
         policy = head.policy_tokens(head.output_head(self.engine), hidden, ids[:, 1:][none], cfg.temperature,
                                     cfg.loss_chunk_tokens, n_chunks)

@@ -62,7 +62,8 @@ def chunk_count(n_rows: int, chunk_tokens: int) -> int:
 
 def _padding_rows(hidden: torch.Tensor, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``n`` one-row chunks of zeros (target 0): head calls that only keep the ranks' collectives in step."""
-    row = hidden.new_zeros((1, hidden.shape[-1]))
+    # Attached to ``hidden`` where it has a row, so padding chunks sit in the graph where real ones do.
+    row = hidden[:1] * 0.0 if len(hidden) else hidden.new_zeros((1, hidden.shape[-1]))
     target = torch.zeros(1, dtype=torch.long, device=hidden.device)
     return [(row, target)] * n
 
