@@ -30,7 +30,7 @@ DRY = [
 
 
 def dry_config(root: Path, name: str, steps: int, *extra: str) -> WMRLConfig:
-    return load_config(None, [f"run_name={name}", f"runs_root={root}", f"simulator.steps={steps}",
+    return load_config(None, [f"run_name={name}", f"runs_root={root}", f"train.steps={steps}",
                               f"tracking.uri=sqlite:///{root}/mlflow.db", *DRY, *extra])
 
 
@@ -122,7 +122,7 @@ def uninterrupted_digest(root: Path, cfg: WMRLConfig) -> str:
     from wmrl.orchestration.coordinator import Coordinator
 
     ref = _load(None, [f"run_name={cfg.run_name}-reference", f"runs_root={root / 'reference'}",
-                       f"simulator.steps={cfg.simulator.steps}", *DRY])
+                       f"train.steps={cfg.train.steps}", *DRY])
     run = make_run(ref)
     Coordinator(str(run.path))()
     return final_digest(run)

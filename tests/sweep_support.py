@@ -13,7 +13,7 @@ SMALL_SPEC = """\
 name: small
 kind: simulate
 config: configs/simulate.yaml
-overrides: [simulator.steps=30, simulator.log_every=10, tracking.experiment=sweep-test]
+overrides: [train.steps=30, simulator.log_every=10, tracking.experiment=sweep-test]
 seeds: [0, 1]
 groups:
   - variants: [wmrl]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,24 @@ def test_cli_reports_config_errors_with_exit_code_2(capsys: pytest.CaptureFixtur
 
     assert main(["simulate", "algorithm.w_max=0"]) == 2
     assert "algorithm.w_max=0.0 is out of range" in capsys.readouterr().err
+
+
+def test_one_run_length_for_every_trainer_and_the_old_key_still_loads(tmp_path: Path) -> None:
+    # train.steps is the run's length for the testbed as for the LLM trainer
+    assert load_config(None, ["trainer=anchored_sim", "train.steps=7"]).train.steps == 7
+    assert not hasattr(load_config().simulator, "steps")
+    # an override or file of rounds 1-8 (simulator.steps) is moved, with a warning naming the new key
+    with pytest.warns(FutureWarning, match="simulator.steps is train.steps now"):
+        assert load_config(None, ["simulator.steps=9"]).train.steps == 9
+    # a saved config of that time carried both keys: its trainer's own one was the run's length
+    old = "trainer: {t}\nsimulator:\n  steps: 300\ntrain:\n  steps: 12\n"
+    (tmp_path / "sim.yaml").write_text(old.format(t="anchored_sim"))
+    with pytest.warns(FutureWarning):
+        assert load_config(tmp_path / "sim.yaml").train.steps == 300
+    (tmp_path / "llm.yaml").write_text(old.format(t="llm"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to say: the testbed's value never meant anything there
+        assert load_config(tmp_path / "llm.yaml").train.steps == 12
+    # the schedule of the testbed's world model must fall inside the run
+    with pytest.raises(ConfigError, match=r"simulator.drift_step"):
+        load_config(None, ["train.steps=50", "simulator.drift_step=60"])

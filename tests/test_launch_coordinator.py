@@ -199,7 +199,7 @@ def test_launch_local_runs_the_whole_run_in_process(tmp_path):
 
     config = tmp_path / "dry.yaml"
     config.write_text("run_name: cli\n")
-    args = ["launch", str(config), f"runs_root={tmp_path}", "run_name=cli", "simulator.steps=3", *DRY,
+    args = ["launch", str(config), f"runs_root={tmp_path}", "run_name=cli", "train.steps=3", *DRY,
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
     out = _cli(*args)
     assert out.returncode == 0, out.stderr

@@ -74,7 +74,7 @@ def test_tracking_server_stopped_mid_run_the_run_finishes_and_sync_completes_it(
 def test_tracking_server_down_at_start_costs_the_run_nothing(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("run_name: down\n")
-    out = wmrl("launch", str(config), f"runs_root={tmp_path}", "simulator.steps=3", *DRY,
+    out = wmrl("launch", str(config), f"runs_root={tmp_path}", "train.steps=3", *DRY,
                f"tracking.uri=http://127.0.0.1:{free_port()}")
     assert out.returncode == 0, out.stderr
     assert "'state': 'finished'" in out.stdout

@@ -12,7 +12,7 @@ from wmrl.cli.main import main
 def test_simulate_writes_table_summary_and_plots(tmp_path):
     out = tmp_path / "sim"
     rc = main(
-        ["simulate", "simulator.steps=40", "tracking.enabled=false", "--variants", "wmrl,grpo_real", "--seeds", "2",
+        ["simulate", "train.steps=40", "tracking.enabled=false", "--variants", "wmrl,grpo_real", "--seeds", "2",
          "--out", str(out)]
     )
     assert rc == 0
@@ -41,7 +41,7 @@ def test_simulate_reports_config_errors_with_exit_code_2(tmp_path, bad, capsys):
 
 
 def _simulate(out, *extra):
-    return main(["simulate", "simulator.steps=20", "simulator.log_every=5", "--variants", "wmrl,grpo_real",
+    return main(["simulate", "train.steps=20", "simulator.log_every=5", "--variants", "wmrl,grpo_real",
                  "--seeds", "1", "--workers", "1", "--out", str(out), *extra])
 
 
@@ -59,7 +59,7 @@ def test_simulate_logs_every_run_through_its_outbox_and_compare_reads_both_sourc
         assert Outbox(run_dir).pending() == [] and Outbox(run_dir).records()[-1]["kind"] == "status"
         run = client.get_run((run_dir / "mlflow_run_id").read_text().strip())
         assert run.info.status == "FINISHED"
-        assert run.data.params["algorithm.variant"] == variant and run.data.params["simulator.steps"] == "20"
+        assert run.data.params["algorithm.variant"] == variant and run.data.params["train.steps"] == "20"
         assert [m.step for m in client.get_metric_history(run.info.run_id, "sim/score")] == [5, 10, 15, 20]
         assert "final/score" in run.data.metrics and "cost/execution_gpu_hours" in run.data.metrics
     capsys.readouterr()

@@ -23,7 +23,7 @@ NOISE, OFFSET = 0.05, 0.1
 @pytest.fixture(scope="module")
 def synthetic_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim")
-    rc = main(["simulate", "simulator.steps=100", "simulator.phi=knots", f"simulator.phi_knots={json.dumps(KNOTS)}",
+    rc = main(["simulate", "train.steps=100", "simulator.phi=knots", f"simulator.phi_knots={json.dumps(KNOTS)}",
                f"simulator.wm_noise={NOISE}", f"simulator.wm_task_offset={OFFSET}", "algorithm.anchor_frac=0.25",
                "tracking.enabled=false", "--variants", "wmrl", "--seeds", "1", "--workers", "1", "--out", str(out)])
     assert rc == 0
@@ -62,13 +62,14 @@ def test_fit_recovers_gaussian_noise(fit):
 
 
 def test_the_fitted_simulator_reproduces_the_runs_world_model(fit, synthetic_run):
-    sim = fitted_config(load_run(synthetic_run), fit).simulator
+    cfg = fitted_config(load_run(synthetic_run), fit)
+    sim = cfg.simulator
     assert sim.phi == "knots" and sim.wm_task_offset == pytest.approx(OFFSET, abs=0.03)
     r = np.linspace(0.0, 0.7, 30)
     # unbiased tasks see phi_knots, biased ones phi_knots + wm_task_offset: their mean is the run's mean map
     mean_map = _phi(sim.phi_knots, r) + sim.wm_task_offset / 2
     np.testing.assert_allclose(mean_map, _phi(KNOTS, r) + OFFSET / 2, atol=0.04)
-    assert sim.tasks == 16 and sim.steps == 100
+    assert sim.tasks == 16 and cfg.train.steps == 100
 
 
 def test_heavy_tailed_residuals_are_fitted_as_student_t():
@@ -120,7 +121,7 @@ def test_the_grid_gives_each_variant_the_axes_that_change_it(fit, synthetic_run)
 
 def test_plan_prints_fitted_parameters_and_a_compare_table(synthetic_run, tmp_path, capsys):
     out = tmp_path / "plan"
-    assert main(["simulate", "--from-run", str(synthetic_run), "simulator.steps=10", "--variants", "grpo_real,wmrl",
+    assert main(["simulate", "--from-run", str(synthetic_run), "train.steps=10", "--variants", "grpo_real,wmrl",
                  "--anchor-fracs", "0.1,0.4", "--w-maxes", "1,8", "--seeds", "2", "--workers", "1",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out

@@ -21,19 +21,19 @@ def finals(cfg, variant: str, seeds=range(3)) -> np.ndarray:
 
 
 def test_identical_seeds_give_identical_runs():
-    cfg = cfg_with("simulator.steps=60")
+    cfg = cfg_with("train.steps=60")
     a, b = train(cfg, "wmrl", 7), train(cfg, "wmrl", 7)
     np.testing.assert_equal(a.history, b.history)  # NaN (no eta2 yet) compares equal here
     assert a.final_score == b.final_score and a.fitted_map == b.fitted_map
 
 
 def test_pure_world_model_plateaus_below_real_execution_under_overconfident_phi():
-    cfg = cfg_with("simulator.steps=200")
+    cfg = cfg_with("train.steps=200")
     assert finals(cfg, "pure_wm").mean() < finals(cfg, "grpo_real").mean() - 0.03
 
 
 def test_wmrl_executes_one_eighth_of_what_grpo_real_executes():
-    cfg = cfg_with("simulator.steps=40")
+    cfg = cfg_with("train.steps=40")
     wmrl, real = train(cfg, "wmrl", 0), train(cfg, "grpo_real", 0)
     assert real.executions == 40 * 8 * 8
     assert wmrl.executions / real.executions == pytest.approx(0.125)
@@ -41,12 +41,12 @@ def test_wmrl_executes_one_eighth_of_what_grpo_real_executes():
 
 
 def test_pure_world_model_executes_nothing():
-    assert train(cfg_with("simulator.steps=20"), "pure_wm", 0).executions == 0
+    assert train(cfg_with("train.steps=20"), "pure_wm", 0).executions == 0
 
 
 def test_rho_rises_towards_w_max_after_the_world_model_degrades():
     cfg = cfg_with(
-        "simulator.steps=200", "simulator.phi=identity", "simulator.degrade_step=100", "simulator.degrade_noise=0.3"
+        "train.steps=200", "simulator.phi=identity", "simulator.degrade_step=100", "simulator.degrade_noise=0.3"
     )
     run = train(cfg, "wmrl", 0)
     steps, rho = np.array(run.steps), np.array(run.history["rho"])
@@ -55,12 +55,12 @@ def test_rho_rises_towards_w_max_after_the_world_model_degrades():
 
 
 def test_audit_warns_on_a_non_monotone_world_model():
-    run = train(cfg_with("simulator.steps=300", "simulator.phi=bump", "simulator.phi_param=0.4"), "wmrl", 0)
+    run = train(cfg_with("train.steps=300", "simulator.phi=bump", "simulator.phi_param=0.4"), "wmrl", 0)
     assert run.audit is not None and run.audit["warnings"]
 
 
 def test_audit_stays_silent_on_a_monotone_stationary_world_model():
-    cfg = cfg_with("simulator.steps=300", "simulator.phi=logistic", "simulator.phi_param=6", "simulator.wm_noise=0.02")
+    cfg = cfg_with("train.steps=300", "simulator.phi=logistic", "simulator.phi_param=6", "simulator.wm_noise=0.02")
     run = train(cfg, "wmrl", 0)
     assert run.audit is not None and run.audit["warnings"] == []
 
@@ -69,7 +69,7 @@ def test_audit_stays_silent_on_a_monotone_stationary_world_model():
 def test_noise_free_affine_world_model_keeps_rho_at_one_every_step_and_the_audit_silent(seed):
     """issue 7 (scenario noise_free): anchors the world model rates above every earlier anchor were scored
     as the last knot's value; against eta2_cal at its floor that residual sent rho to ~2."""
-    cfg = cfg_with("simulator.steps=150", "simulator.log_every=1", *SCENARIOS["noise_free"].overrides)
+    cfg = cfg_with("train.steps=150", "simulator.log_every=1", *SCENARIOS["noise_free"].overrides)
     run = train(cfg, "wmrl", seed)
     rho, pairs = np.array(run.history["rho"]), np.array(run.history["n_pairs"])
     assert (pairs >= cfg.algorithm.min_pairs).sum() > 100  # most steps are after warm-up
@@ -78,7 +78,7 @@ def test_noise_free_affine_world_model_keeps_rho_at_one_every_step_and_the_audit
 
 
 def test_denoise_only_is_audited_like_wmrl():
-    cfg = cfg_with("simulator.steps=60")
+    cfg = cfg_with("train.steps=60")
     audited = train(cfg, "denoise_only", 0).audit
     assert audited is not None and audited["n_pairs"] == train(cfg, "wmrl", 0).audit["n_pairs"] > 200
 

@@ -146,7 +146,7 @@ def test_simulate_keeps_each_runs_anchor_pool_on_disk(tmp_path) -> None:
     from wmrl.cli.main import main
 
     out = tmp_path / "sim"
-    rc = main(["simulate", "simulator.steps=40", "tracking.enabled=false", "simulator.phi=0.2 + 0.6*r",
+    rc = main(["simulate", "train.steps=40", "tracking.enabled=false", "simulator.phi=0.2 + 0.6*r",
                "--variants", "wmrl", "--seeds", "1", "--workers", "1", "--out", str(out)])
     assert rc == 0
     pool = AnchorPool.load(out / "runs" / "wmrl-seed0")

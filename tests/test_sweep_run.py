@@ -116,7 +116,7 @@ def test_reissued_sweep_may_add_seeds_but_not_drop_or_change_runs(tmp_path):
     with pytest.raises(ConfigError, match="holds a different sweep named 'small'.*no longer lists 5 of its runs"):
         prepare(load_spec(spec_path), *args)
     spec_path.write_text(SMALL_SPEC.replace("seeds: [0, 1]", "seeds: [0, 1, 2]").replace("steps=30", "steps=40"))
-    with pytest.raises(ConfigError, match=r"run wmrl_anchor_frac=0.1_w_max=1_s0 .*simulator.steps: 30 in the run, 40 now"):
+    with pytest.raises(ConfigError, match=r"run wmrl_anchor_frac=0.1_w_max=1_s0 .*train.steps: 30 in the run, 40 now"):
         prepare(load_spec(spec_path), *args)
     assert _sweep_json(tmp_path) == state  # a refused issue records nothing
 
@@ -127,7 +127,7 @@ def test_launch_sweep_runs_a_coordinator_that_logs_under_the_parent(tmp_path):
     from launch_support import DRY
 
     spec = write_spec(tmp_path, "name: small\nkind: launch\n"
-                                f"overrides: [simulator.steps=2, tracking.experiment=launch-sweep, {', '.join(DRY)}]\n"
+                                f"overrides: [train.steps=2, tracking.experiment=launch-sweep, {', '.join(DRY)}]\n"
                                 "seeds: [0]\ngroups:\n  - variants: [wmrl]\n    grid: {algorithm.w_max: [8]}\n")
     done = run_cli(sweep_argv(spec, tmp_path, "--max-parallel", "1"), timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -18,7 +18,7 @@ SPEC = """\
 name: small
 kind: simulate
 config: configs/simulate.yaml
-overrides: [simulator.steps=30, simulator.log_every=10, tracking.experiment=sweep-test]
+overrides: [train.steps=30, simulator.log_every=10, tracking.experiment=sweep-test]
 seeds: [0, 1, 2]
 groups:
   - variants: [wmrl, grpo_real]

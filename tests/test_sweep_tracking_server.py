@@ -92,7 +92,7 @@ def test_twenty_runs_logging_at_once_lose_no_metric(server: str, tmp_path: Path)
 
 def test_sweep_runs_show_under_their_parent_through_the_rest_api(server: str, tmp_path: Path):
     spec = write_spec(tmp_path, "name: rest\nkind: simulate\nconfig: configs/simulate.yaml\n"
-                                "overrides: [simulator.steps=20, tracking.experiment=rest-sweep]\nseeds: [0, 1]\n"
+                                "overrides: [train.steps=20, tracking.experiment=rest-sweep]\nseeds: [0, 1]\n"
                                 "groups:\n  - variants: [wmrl]\n    grid: {algorithm.w_max: [1, 8]}\n")
     done = run_cli([*sweep_argv(spec, tmp_path)[:-1], f"tracking.uri={server}"])
     assert done.returncode == 0, done.stderr
@@ -105,6 +105,6 @@ def test_sweep_runs_show_under_their_parent_through_the_rest_api(server: str, tm
     for run in found:
         params = {p["key"]: p["value"] for p in run["data"]["params"]}
         metrics = {m["key"] for m in run["data"]["metrics"]}
-        assert params["algorithm.w_max"] in ("1.0", "8.0") and params["simulator.steps"] == "20"
+        assert params["algorithm.w_max"] in ("1.0", "8.0") and params["train.steps"] == "20"
         assert {"final/score", "final/gpu_hours", "sim/score", "cost/execution_gpu_hours"} <= metrics
     assert _get(server, f"/api/2.0/mlflow/runs/get?run_id={parent}")["run"]["info"]["status"] == "FINISHED"

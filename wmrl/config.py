@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+import warnings
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -73,6 +74,7 @@ class WMRLConfig:
         check_choice("trainer", self.trainer, tuple(TRAINERS))
         for name in SECTIONS:
             getattr(self, name).validate(name)
+        self.simulator.check_schedule(self.train.steps)
 
     @property
     def run_dir(self) -> Path:
@@ -110,6 +112,25 @@ def _check_shape(layer: Any, schema: Any, where: str) -> None:
                 f"{key}.{min(node.keys())}=..., allowed: {', '.join(sorted(node.keys()))}")
 
 
+def _move_run_length(layer: Any, where: str) -> None:
+    """``simulator.steps`` (rounds 1-8) is ``train.steps`` now, for every trainer: an old config file, a
+    saved run's config.yaml or an old sweep's overrides still load, with the key moved and a warning.
+
+    A saved config carried both keys; its trainer's own one was the run's length (``train.steps`` for
+    the LLM trainer, ``simulator.steps`` for the testbed trainers).
+    """
+    sim = layer.get("simulator") if OmegaConf.is_dict(layer) else None
+    if not OmegaConf.is_dict(sim) or "steps" not in sim:
+        return
+    steps = sim.pop("steps")
+    train = layer.get("train")
+    if OmegaConf.is_dict(train) and "steps" in train and layer.get("trainer") == "llm":
+        return
+    OmegaConf.update(layer, "train.steps", steps, force_add=True)
+    warnings.warn(f"{where}: simulator.steps is train.steps now (the run's length for every trainer); "
+                  f"read as train.steps={steps}", FutureWarning, stacklevel=3)
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> WMRLConfig:
     """Defaults <- YAML file <- ``key=value`` overrides; returns a validated ``WMRLConfig``."""
     schema = OmegaConf.structured(WMRLConfig)
@@ -123,12 +144,14 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         except Exception as err:  # yaml.YAMLError and friends
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
         _check_shape(layers[-1], schema, str(path))
+        _move_run_length(layers[-1], str(path))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ConfigError(f"overrides must look like key=value, got: {' '.join(bad)}")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         _check_shape(layers[-1], schema, "command-line override")
+        _move_run_length(layers[-1], "command-line override")
         merged = OmegaConf.merge(*layers)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:

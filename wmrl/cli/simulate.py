@@ -184,7 +184,7 @@ def run_from_run(args: argparse.Namespace, config: str | None, overrides: list[s
     records, wall = run_plan(cfg, settings, range(seeds), workers=args.workers)
     out = Path(args.out) if args.out else Path("plans") / run_dir.resolve().name
     meta = {"overrides": overrides, "seeds": seeds, "anchor_fracs": fracs, "w_maxes": maxes, "variants": variants,
-            "wall_seconds": wall, "steps": cfg.simulator.steps, "simulator": to_flat_dict(cfg.simulator)}
+            "wall_seconds": wall, "steps": cfg.train.steps, "simulator": to_flat_dict(cfg.simulator)}
     _, text = write_plan(out, fit, records, wall, meta)
     print(text, end="")
     print(f"wrote {out}/ (plan.md, plan.csv, fit.json, records.jsonl, *.png)", file=sys.stderr)

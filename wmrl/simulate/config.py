@@ -47,7 +47,7 @@ class CostConfig:
 
 @dataclass
 class SimulatorConfig:
-    steps: int = 400
+    # The run's length is train.steps, as for every trainer (the testbed's default: 400).
     tasks: int = 16
     candidates: int = 16  # solution approaches per task
     # The benchmark (qualities, crash rates): null draws a fresh one per run seed (results then average
@@ -88,7 +88,6 @@ class SimulatorConfig:
     cost: CostConfig = field(default_factory=CostConfig)
 
     def validate(self, prefix: str = "simulator") -> None:
-        check_range(f"{prefix}.steps", self.steps, 1)
         check_range(f"{prefix}.tasks", self.tasks, 1)
         check_range(f"{prefix}.candidates", self.candidates, 2)
         check_range(f"{prefix}.quality_alpha", self.quality_alpha, 0.0, low_open=True)
@@ -113,13 +112,18 @@ class SimulatorConfig:
         check_range(f"{prefix}.wm_task_offset_frac", self.wm_task_offset_frac, 0.0, 1.0)
         check_range(f"{prefix}.degrade_noise", self.degrade_noise, 0.0)
         check_range(f"{prefix}.exec_noise", self.exec_noise, 0.0)
-        for key in ("drift_step", "degrade_step"):
-            value = getattr(self, key)
-            if value is not None:
-                check_range(f"{prefix}.{key}", value, 0, self.steps - 1)
+        self.check_schedule(None, prefix)
         check_range(f"{prefix}.target_score", self.target_score, 0.0, 1.0)
         check_range(f"{prefix}.log_every", self.log_every, 1)
         self.cost.validate(f"{prefix}.cost")
+
+
+    def check_schedule(self, steps: int | None, prefix: str = "simulator") -> None:
+        """drift_step and degrade_step fall inside the run (train.steps of them, when known)."""
+        for key in ("drift_step", "degrade_step"):
+            value = getattr(self, key)
+            if value is not None:
+                check_range(f"{prefix}.{key}", value, 0, None if steps is None else steps - 1)
 
 
 def _check_phi(
@@ -167,3 +171,10 @@ class TestbedRunConfig(Protocol):
     simulator: SimulatorConfig
     algorithm: AlgorithmConfig
     tracking: TrackingConfig
+    train: RunLength
+
+
+class RunLength(Protocol):
+    """The ``train`` section as the testbed reads it: the run's length, shared by every trainer."""
+
+    steps: int

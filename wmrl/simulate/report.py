@@ -146,7 +146,7 @@ def plot_fitted_map(sweep: SweepResult, cfg: TestbedRunConfig, path: Path) -> bo
         ax.scatter(pairs[:, 0], pairs[:, 1], s=4, alpha=0.15, color="grey", label="anchor pairs (r_hat, r)")
     r = np.linspace(0, 1, 201)
     ax.plot(wm.mean_curve(r, 0), r, color="C1", lw=2, label=f"true phi ({cfg.simulator.phi}), drawn as r vs phi(r)")
-    last = cfg.simulator.steps - 1
+    last = cfg.train.steps - 1
     if wm.phi_at(last) != wm.phi_at(0):
         ax.plot(wm.mean_curve(r, last), r, color="C3", lw=2, ls="--", label=f"phi after drift ({cfg.simulator.drift_phi})")
     ax.plot(MAP_GRID, run.fitted_map, color="C0", lw=2, label=f"fitted f_hat ({run.variant}, seed {run.seed})")

@@ -142,7 +142,7 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
         target_step=None, target_executions=None, target_gpu_hours=None,
         history={key: [] for key in HISTORY_KEYS},
     )
-    for step in range(sim.steps):
+    for step in range(cfg.train.steps):
         wm.step = step
         done, _ = shell.step(step, task_pool=parts.task_ids, policy=parts.agent, executed_env=parts.execution,
                              world_model_env=wm, learner=parts.learner, rng=rng)
@@ -152,7 +152,7 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
         if result.target_step is None and score >= sim.target_score:
             result.target_step, result.target_executions = step + 1, meter.executions
             result.target_gpu_hours = meter.gpu_hours
-        if (step + 1) % sim.log_every == 0 or step == sim.steps - 1:
+        if (step + 1) % sim.log_every == 0 or step == cfg.train.steps - 1:
             snap = calibrator.snapshot() if calibrator is not None else {}
             result.steps.append(step + 1)
             for key, value in (

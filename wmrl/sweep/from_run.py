@@ -119,7 +119,8 @@ class Fit:
     notes: list[str] = field(default_factory=list)
 
     def simulator_overrides(self) -> list[str]:
-        """``simulator.*`` overrides that make the simulator this run's (before the user's own overrides)."""
+        """``simulator.*`` and ``train.steps`` overrides that make the simulator this run's (before the user's own
+        overrides)."""
         shift = -self.task_offset_sd  # the two-point offsets (+s, -s) as (+2s on half the tasks) and phi - s
         knots = [[r, min(1.0, max(0.0, v + shift))] for r, v in self.phi_knots] if shift else self.phi_knots
         out = [
@@ -128,7 +129,7 @@ class Fit:
             f"simulator.wm_task_offset={min(1.0, 2 * self.task_offset_sd):.6g}", "simulator.wm_task_offset_frac=0.5",
             f"simulator.tasks={max(1, len(self.per_task))}", f"simulator.crash_base={self.crash_rate:.6g}",
             "simulator.crash_slope=0", f"simulator.quality_alpha={self.quality_alpha:.6g}",
-            f"simulator.quality_beta={self.quality_beta:.6g}", f"simulator.steps={self.steps}",
+            f"simulator.quality_beta={self.quality_beta:.6g}", f"train.steps={self.steps}",
             f"simulator.log_every={max(1, self.steps // 20)}",
             *(f"simulator.cost.{k}={v:.6g}" for k, v in self.cost.items()),
         ]
@@ -151,7 +152,7 @@ class Fit:
             (f"- executed true scores: crash rate {self.crash_rate:.3f}, scores of running solutions "
             f"~ Beta({self.quality_alpha:.2f}, {self.quality_beta:.2f}); crash_slope and lr not fitted"),
             f"- cost per unit ({self.cost_source}): " + ", ".join(f"{k} {v:.3g} s" for k, v in self.cost.items()),
-            f"- the run's length: {self.steps} steps (simulator.steps unless overridden)",
+            f"- the run's length: {self.steps} steps (train.steps unless overridden)",
         ]
         lines += [f"- note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -292,7 +293,7 @@ def fit_run(ev: RunEvidence, min_pairs: int = MIN_PAIRS) -> Fit:
                     "mean_true_last_quarter": float(ev.true[(ev.tasks == t) & late].mean())
                     if ((ev.tasks == t) & late).any() else float("nan"),
                     "offset": offsets[t]} for t in offsets}
-    steps = ev.cfg.train.steps if ev.cfg.trainer == "llm" else sim.steps
+    steps = ev.cfg.train.steps
     return Fit(
         run_dir=str(ev.run_dir), n_pairs=n, phi_knots=knots, task_offsets=offsets, task_offset_sd=offset_sd,
         noise_family=noise["family"], noise_scale=noise["scale"], noise_df=noise["df"],

@@ -7,7 +7,7 @@ directory + its own MLflow run (a child of the sweep's parent run). The spec::
     kind: simulate                  # simulate: one `wmrl simulate` (variant, seed) run per point;
                                     # launch: one coordinator run (`wmrl launch`, e.g. trainer=...)
     config: configs/simulate.yaml   # relative to the current directory, as `wmrl launch` reads it
-    overrides: [simulator.steps=400]
+    overrides: [train.steps=400]
     seeds: [0, 1, 2, 3, 4]
     groups:                         # each group: variants x the product of its grid x seeds
       - variants: [wmrl, denoise_only]

@@ -88,7 +88,7 @@ class AnchoredSimTrainer:
                  table: CandidateTable | None = None) -> None:
         self.cfg, self.run_dir, self.runner = cfg, run, runner
         self.table = table or load_candidates(cfg)
-        self.total_steps = cfg.simulator.steps
+        self.total_steps = cfg.train.steps
         self.step = 0
         self.rng = np.random.default_rng(cfg.algorithm.seed)
         t, k = self.table.shape

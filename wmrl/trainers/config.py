@@ -1,4 +1,5 @@
-"""Config section ``train``: the LLM trainer's loop (steps, evaluation, learner checkpoints)."""
+"""Config section ``train``: the run's length (every trainer) and the LLM trainer's loop (evaluation,
+learner checkpoints, threads)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ EVAL_SPLITS = ("train", "heldout", "both", "none")
 
 @dataclass
 class TrainConfig:
-    steps: int = 200  # learner updates of the run
+    # Learner updates of the run, for every trainer. The default is the synthetic testbed's (the default
+    # trainer); the shipped LLM configs set their own (qwen3.5-*: 200, the tiny default: 12).
+    steps: int = 400
     # Evaluation (paper metric: avg@k position score, really executed): before the first step, every
     # eval_every steps (0 = only before and after) and after the last step.
     eval_every: int = 0
