@@ -27,6 +27,8 @@ def tiny_qwen35():
 def test_qwen35_without_the_kernel_packages_reports_the_pytorch_fallback_and_warns(caplog):
     pytest.importorskip("transformers.models.qwen3_5")
     if "fla" in sys.modules or "causal_conv1d" in sys.modules:
+        # Only in the gpu extra's environment (the image); the CPU install and CI never have them, and the
+        # case with the kernels is the GPU smoke's (scripts/gpu_smoke.sh logs which kernels load).
         pytest.skip("the kernel packages are installed here")
     model = tiny_qwen35()
     with caplog.at_level(logging.INFO, logger="wmrl.models.kernels"):

@@ -112,18 +112,16 @@ class SimulatorConfig:
         check_range(f"{prefix}.wm_task_offset_frac", self.wm_task_offset_frac, 0.0, 1.0)
         check_range(f"{prefix}.degrade_noise", self.degrade_noise, 0.0)
         check_range(f"{prefix}.exec_noise", self.exec_noise, 0.0)
-        self.check_schedule(None, prefix)
         check_range(f"{prefix}.target_score", self.target_score, 0.0, 1.0)
         check_range(f"{prefix}.log_every", self.log_every, 1)
         self.cost.validate(f"{prefix}.cost")
 
-
-    def check_schedule(self, steps: int | None, prefix: str = "simulator") -> None:
-        """drift_step and degrade_step fall inside the run (train.steps of them, when known)."""
+    def check_schedule(self, steps: int, prefix: str = "simulator") -> None:
+        """drift_step and degrade_step fall inside the run (its train.steps, known to the whole config)."""
         for key in ("drift_step", "degrade_step"):
             value = getattr(self, key)
             if value is not None:
-                check_range(f"{prefix}.{key}", value, 0, None if steps is None else steps - 1)
+                check_range(f"{prefix}.{key}", value, 0, steps - 1)
 
 
 def _check_phi(

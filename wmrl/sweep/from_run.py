@@ -293,13 +293,12 @@ def fit_run(ev: RunEvidence, min_pairs: int = MIN_PAIRS) -> Fit:
                     "mean_true_last_quarter": float(ev.true[(ev.tasks == t) & late].mean())
                     if ((ev.tasks == t) & late).any() else float("nan"),
                     "offset": offsets[t]} for t in offsets}
-    steps = ev.cfg.train.steps
     return Fit(
         run_dir=str(ev.run_dir), n_pairs=n, phi_knots=knots, task_offsets=offsets, task_offset_sd=offset_sd,
         noise_family=noise["family"], noise_scale=noise["scale"], noise_df=noise["df"],
         residual_sd=noise["residual_sd"], residual_kurtosis=noise["kurtosis"], crash_rate=crash,
         quality_alpha=alpha, quality_beta=beta, per_task=per_task, cost=cost, cost_source=source,
-        measured_seconds=seconds, steps=int(steps), notes=[*notes, *score_notes, *cost_notes],
+        measured_seconds=seconds, steps=int(ev.cfg.train.steps), notes=[*notes, *score_notes, *cost_notes],
     )
 
 
