@@ -74,9 +74,10 @@ def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
 
 
 def launch_and_requeue(root: Path, model: Path, name: str, overrides: list[str], timeout_s: float = 600,
-                       at_step_1: Callable[[dict[str, str]], None] | None = None) -> Path:
+                       at_step_1: Callable[[dict[str, str]], None] | None = None, requeue: bool = True) -> Path:
     """``wmrl launch`` of the micro run on the local Slurm, ``scontrol requeue`` of its coordinator once
-    step 1 is done (``at_step_1(jobs)`` first), then wait for the end; returns the run directory."""
+    step 1 is done (``at_step_1(jobs)`` first; ``requeue=False``: the uninterrupted run), then wait for
+    the end; returns the run directory."""
     from launch_support import progress_step, squeue_gone, wait_until
 
     from wmrl.configs import TINY_CONFIG
@@ -91,8 +92,8 @@ def launch_and_requeue(root: Path, model: Path, name: str, overrides: list[str],
         wait_until("step 1", lambda: progress_step(run) >= 1, timeout_s, every_s=0.5)
         if at_step_1 is not None:
             at_step_1(jobs)
-        # scontrol requeue (SIGTERM to the coordinator, mid-step 2), then StartTime=now
-        subprocess.run([str(REPO / "slurm" / "requeue-now.sh"), jobs["coordinator"]], check=True, timeout=90)
+        if requeue:  # scontrol requeue (SIGTERM to the coordinator, mid-step 2), then StartTime=now
+            subprocess.run([str(REPO / "slurm" / "requeue-now.sh"), jobs["coordinator"]], check=True, timeout=90)
         wait_until("the run to finish", run.is_ended, timeout_s, every_s=1)
     finally:
         run.mark_ended("test over")
