@@ -7,6 +7,7 @@ WMRL_SLURM_CLUSTER=${WMRL_SLURM_CLUSTER:-wmrl}
 WMRL_SLURM_PARTITION=${WMRL_SLURM_PARTITION:-debug}
 WMRL_SLURM_ACCOUNT=${WMRL_SLURM_ACCOUNT:-wmrl}
 WMRL_SLURM_CPUS=${WMRL_SLURM_CPUS:-16}                 # declared, not real: see slurm.conf.in
+WMRL_SLURM_GPUS=${WMRL_SLURM_GPUS:-8}                  # fake (no device files): see slurm.conf.in
 WMRL_SLURM_CRED_EXPIRE=${WMRL_SLURM_CRED_EXPIRE:-10}
 WMRL_SLURM_START_TIMEOUT=${WMRL_SLURM_START_TIMEOUT:-120}
 WMRL_SLURM_CTLD_PORT=${WMRL_SLURM_CTLD_PORT:-6817}
@@ -73,6 +74,8 @@ render() {
         -e "s|@CLUSTER@|$WMRL_SLURM_CLUSTER|g" \
         -e "s|@PARTITION@|$WMRL_SLURM_PARTITION|g" \
         -e "s|@CPUS@|$WMRL_SLURM_CPUS|g" \
+        -e "s|@GPUS@|$WMRL_SLURM_GPUS|g" \
+        -e "s|@LAST_GPU@|$((WMRL_SLURM_GPUS - 1))|g" \
         -e "s|@MEM_MB@|$(node_mem_mb)|g" \
         -e "s|@CRED_EXPIRE@|$WMRL_SLURM_CRED_EXPIRE|g" \
         -e "s|@CTLD_PORT@|$WMRL_SLURM_CTLD_PORT|g" \

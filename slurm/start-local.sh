@@ -93,6 +93,12 @@ for f in slurm.conf slurmdbd.conf; do
 done
 dbd_changed=$(render "$SLURM_CONF_DIR_SRC/slurmdbd.conf.in" "$WMRL_SLURM_ETC/slurmdbd.conf" 600)
 conf_changed=$(render "$SLURM_CONF_DIR_SRC/slurm.conf.in" "$WMRL_SLURM_ETC/slurm.conf" 644)
+conf_changed+=$(render "$SLURM_CONF_DIR_SRC/gres.conf.in" "$WMRL_SLURM_ETC/gres.conf" 644)
+# The fake GPUs' device files (gres.conf): character devices with /dev/null's numbers.
+mkdir -p "$WMRL_SLURM_STATE/fake-gpu"
+for ((i = 0; i < WMRL_SLURM_GPUS; i++)); do
+    [[ -c $WMRL_SLURM_STATE/fake-gpu/nvidia$i ]] || mknod -m 666 "$WMRL_SLURM_STATE/fake-gpu/nvidia$i" c 1 3
+done
 
 # --- slurmdbd -----------------------------------------------------------------------------------
 if [[ -n $dbd_changed ]] && pid_alive "$RUN_DIR/slurmdbd.pid" slurmdbd; then

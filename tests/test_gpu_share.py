@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,38 @@ def test_a_slurm_array_task_runs_one_worker_slot_per_share_of_its_gpu(tmp_path, 
     assert sorted(rec.worker_id for rec in done.values()) == ["node1-77_3-123-s0", "node1-77_3-123-s1"]
     seen = [json.loads(rec.outcome["stdout_tail"].splitlines()[0]) for rec in done.values()]
     assert all(s["gpu"] == "0" and s["fraction"] == "0.5" and s["together"] for s in seen)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_on_the_local_slurm_an_array_task_with_one_fake_gpu_runs_two_executions_on_it_at_once(tmp_path, fake_gpu,
+                                                                                               monkeypatch):
+    """The worker array of the cluster configs' shape (one GPU per task, two executions on it) on the
+    local Slurm, whose node has fake GPUs (slurm/conf/gres.conf.in): the GPU comes from Slurm's
+    allocation, not from this process (CUDA_VISIBLE_DEVICES is unset here), and both slots use it."""
+    from launch_support import require_slurm, squeue_gone, wait_until
+
+    from wmrl.orchestration.slurm import cancel_jobs, submit_workers
+
+    require_slurm()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # the nvidia-smi stand-in stays on PATH (sbatch exports it)
+    cfg, run, service, reqs = two_queued_executions(
+        tmp_path, "launch.executor=slurm", f"launch.work={PYTHON_WORK}", "launch.workers=2", "launch.worker_gpus=1",
+        "launch.worker_cpus=1",
+        "launch.worker_time_min=5", "launch.idle_timeout_s=5")
+    array = submit_workers(cfg, run)
+    try:
+        done = service.wait([r.request_id for r in reqs], timeout_s=180)
+        shown = subprocess.run(["scontrol", "show", "job", "-o", array], capture_output=True, text=True,
+                               check=False).stdout
+        wait_until("the array to leave the queue", lambda: squeue_gone(array), 120)
+    finally:
+        cancel_jobs([array])
+    assert "TresPerNode=gres:gpu:1" in shown or "TresPerNode=gres/gpu:1" in shown, shown
+    assert len(done) == 2
+    seen = [json.loads(rec.outcome["stdout_tail"].splitlines()[0]) for rec in done.values()]
+    assert seen[0]["gpu"].isdigit() and seen[0] == seen[1]  # Slurm's one GPU, the same for both
+    assert seen[0] | {"gpu": "0"} == {"gpu": "0", "fraction": "0.5", "memory_mb": "40960", "together": True}
+    workers = sorted(rec.worker_id for rec in done.values())
+    assert workers[0].endswith("-s0") and workers[1].endswith("-s1") and workers[0][:-3] == workers[1][:-3]
+    assert all(rec.outcome["gpu_fraction"] == 0.5 for rec in done.values())

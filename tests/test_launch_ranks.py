@@ -54,8 +54,11 @@ def test_worker_array_keeps_its_own_resources(tmp_path):
 def test_plain_sbatch_lines_carry_each_jobs_shape_and_options(tmp_path):
     cfg = dry_config(tmp_path, "plain", 1, *SHAPE)
     assert sbatch_command_options(cfg, COORDINATOR) == [
-        "--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--constraint=a100", "--exclusive", "--mem=0"]
-    assert sbatch_command_options(cfg, WORKERS) == ["--constraint=a100", "--mem=40G"]
+        "--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=2", "--time=1440",
+        "--constraint=a100", "--exclusive", "--mem=0"]
+    # 2 workers, one execution per GPU: an array of 2 tasks, each with its GPU
+    assert sbatch_command_options(cfg, WORKERS) == [
+        "--array=0-1", "--gpus-per-node=1", "--cpus-per-task=1", "--time=240", "--constraint=a100", "--mem=40G"]
 
 
 def test_no_submit_prints_the_options_of_each_job_on_its_own_sbatch_line(tmp_path):
@@ -66,9 +69,10 @@ def test_no_submit_prints_the_options_of_each_job_on_its_own_sbatch_line(tmp_pat
                           check=False)
     assert done.returncode == 0, done.stderr
     run_dir = tmp_path / "plain"
-    assert ("sbatch --nodes=2 --ntasks-per-node=4 --gpus-per-node=4 --constraint=a100 --exclusive --mem=0 "
-            f"slurm/templates/coordinator.sbatch {run_dir}") in done.stdout
-    assert f"sbatch --array=0-1 --constraint=a100 --mem=40G slurm/templates/workers.sbatch {run_dir}" in done.stdout
+    assert ("sbatch --nodes=2 --ntasks-per-node=4 --gpus-per-node=4 --cpus-per-task=2 --time=1440 "
+            f"--constraint=a100 --exclusive --mem=0 slurm/templates/coordinator.sbatch {run_dir}") in done.stdout
+    assert ("sbatch --array=0-1 --gpus-per-node=1 --cpus-per-task=1 --time=240 --constraint=a100 --mem=40G "
+            f"slurm/templates/workers.sbatch {run_dir}") in done.stdout
 
 
 def test_coordinator_template_runs_every_task_of_its_allocation():
@@ -76,9 +80,22 @@ def test_coordinator_template_runs_every_task_of_its_allocation():
     assert "--ntasks=1" not in text and "srun $WMRL coordinator" in text
 
 
-def test_one_task_coordinator_needs_no_shape_options(tmp_path):
-    cfg = dry_config(tmp_path, "one", 1)
-    assert sbatch_command_options(cfg, COORDINATOR) == [] and sbatch_command_options(cfg, WORKERS) == []
+def test_plain_sbatch_lines_ask_for_what_the_submitted_jobs_ask_for(tmp_path):
+    """--no-submit's options are submitit's parameters of the same job: a plain sbatch of the templates
+    gets the resources `wmrl launch` would have asked for (the array sized by executions_per_gpu)."""
+    cfg = dry_config(tmp_path, "same", 1, "launch.executor=slurm", "launch.workers=8", "launch.worker_gpus=1",
+                     "launch.executions_per_gpu=2", "launch.array_parallelism=6", "launch.worker_mem_gb=64",
+                     "launch.partition=gpu", "launch.account=lab")
+    run = make_run(cfg)
+    for role in (COORDINATOR, WORKERS):
+        submitted = slurm_executor(cfg, run, role).parameters
+        printed = dict(o.removeprefix("--").partition("=")[::2] for o in sbatch_command_options(cfg, role))
+        for key in ("nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time", "partition",
+                    "account"):
+            if key in submitted:
+                assert printed[key.replace("_", "-")] == str(submitted[key]), (role, key)
+    # 8 workers at 2 per GPU: 4 tasks; the throttle of 6 is written as 4, as submitit writes it
+    assert dict(o.partition("=")[::2] for o in sbatch_command_options(cfg, WORKERS))["--array"] == "0-3%4"
 
 
 @pytest.mark.parametrize(
@@ -162,3 +179,47 @@ def test_a_two_task_coordinator_job_gets_two_tasks_on_the_local_slurm(tmp_path):
         cancel_jobs([str(job.job_id)])
     assert sorted(r["procid"] for r in results) == ["0", "1"] and {r["ntasks"] for r in results} == {"2"}
     assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in results}) == 1
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_the_9b_configs_jobs_ask_the_local_slurm_with_fake_gpus_for_their_own_resources(tmp_path):
+    """configs/qwen3.5-9b.yaml as a user launches it: `--no-submit` prints both jobs' resources, and the
+    same jobs submitted (held, so nothing runs) to the local Slurm, whose node has 8 fake GPUs
+    (slurm/conf/gres.conf.in), are what `scontrol show job` says: the coordinator 1 node, 7 tasks
+    (learner ranks) and 8 GPUs (the 8th vLLM's, generation.vllm.inference_gpus), the worker array 4 tasks
+    of one GPU each (8 workers, 2 executions per GPU). Only what the 2-CPU machine cannot have is
+    overridden: CPUs per task and host memory."""
+    from wmrl.orchestration.launch import submit_run
+
+    require_slurm()
+    config = REPO / "configs" / "qwen3.5-9b.yaml"
+    image = tmp_path / "sandbox.sif"  # Apptainer cannot run here: the image only has to exist
+    image.touch()
+    site = [f"runs_root={tmp_path}", "tasks.root=''", f"sandbox.apptainer_image={image}"]
+    printed = subprocess.run([sys.executable, "-m", "wmrl.cli.main", "launch", str(config), *site, "--no-submit"],
+                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                             timeout=240, check=False)
+    assert printed.returncode == 0, printed.stderr
+    assert "sbatch --nodes=1 --ntasks-per-node=7 --gpus-per-node=8 --cpus-per-task=8 " in printed.stdout
+    assert "sbatch --array=0-3%4 --gpus-per-node=1 --cpus-per-task=8 " in printed.stdout
+
+    from wmrl.config import load_config
+
+    cfg = load_config(config, [*site, "run_name=held", "launch.coordinator_cpus=2", "launch.worker_cpus=1",
+                               "launch.coordinator_mem_gb=1", "launch.worker_mem_gb=1",
+                               "launch.coordinator_sbatch=[--hold]", "launch.worker_sbatch=[--hold]"])
+    assert cfg.generation.vllm.placement == "dedicated" and cfg.generation.vllm.inference_gpus == 1
+    coordinator, workers = submit_run(cfg, make_run(cfg))
+    try:
+        def shown(job: str) -> dict[str, str]:
+            out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
+                                 check=True).stdout.splitlines()
+            return {**dict(tok.split("=", 1) for tok in out[0].split() if "=" in tok), "records": str(len(out))}
+
+        coord, work = shown(coordinator), shown(workers)
+    finally:
+        cancel_jobs([coordinator, workers])
+    assert (coord["NumNodes"], coord["NumTasks"], coord["TresPerNode"]) == ("1-1", "7", "gres:gpu:8")  # min-max
+    assert coord["JobState"] == "PENDING" and "Held" in coord["Reason"]
+    assert (work["ArrayTaskId"], work["NumTasks"], work["TresPerNode"]) == ("0-3%4", "1", "gres:gpu:1")

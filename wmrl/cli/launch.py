@@ -134,8 +134,7 @@ def _print_sbatch_commands(cfg: WMRLConfig, run: RunDir) -> None:
     coordinator, workers = ("".join(f"{o} " for o in sbatch_command_options(cfg, role)) for role in (COORDINATOR, WORKERS))
     print(f"start:    sbatch {coordinator}slurm/templates/coordinator.sbatch {run.path}")
     if cfg.launch.executor == "slurm":
-        n = cfg.launch.workers
-        print(f"          sbatch --array=0-{n - 1} {workers}slurm/templates/workers.sbatch {run.path}")
+        print(f"          sbatch {workers}slurm/templates/workers.sbatch {run.path}")
     else:
         print(f"          (launch.executor=local: the coordinator job runs {cfg.launch.workers} worker processes)")
     print(f"watch:    wmrl status {run.path}", flush=True)

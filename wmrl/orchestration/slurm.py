@@ -96,19 +96,41 @@ def job_sbatch_options(cfg: WMRLConfig, role: str) -> dict[str, Any]:
     return {**sbatch_options(cfg.launch.extra_sbatch), **sbatch_options(own)}
 
 
-def sbatch_command_options(cfg: WMRLConfig, role: str) -> list[str]:
-    """The options a plain ``sbatch`` of slurm/templates/ needs beyond the template's own lines: the
-    coordinator's shape and GPUs, and each job's sbatch lines (``wmrl launch --no-submit`` prints them)."""
+def job_resources(cfg: WMRLConfig, role: str) -> dict[str, Any]:
+    """What one job asks Slurm for, in submitit's parameter names (sbatch's, with ``_`` for ``-``): the
+    coordinator its nodes, tasks, GPUs per node, CPUs per task, memory and time; the worker array (per
+    task) its own GPUs, CPUs, memory and time. ``wmrl launch`` submits exactly these, and
+    ``wmrl launch --no-submit`` prints them as sbatch options."""
     launch = cfg.launch
-    options: list[str] = []
-    if role == COORDINATOR:
-        if launch.coordinator_nodes * launch.coordinator_tasks_per_node > 1:
-            options += [f"--nodes={launch.coordinator_nodes}", f"--ntasks-per-node={launch.coordinator_tasks_per_node}"]
-        if launch.coordinator_gpus:
-            options.append(f"--gpus-per-node={launch.coordinator_gpus}")
-    for key, value in job_sbatch_options(cfg, role).items():
-        options.append(f"--{key}" if value is True else f"--{key}={value}")
-    return options
+    coordinator = role == COORDINATOR
+    resources: dict[str, Any] = {}
+    if coordinator:  # one learner rank per task; submitit's srun starts every task
+        resources.update(nodes=launch.coordinator_nodes, ntasks_per_node=launch.coordinator_tasks_per_node)
+    gpus = launch.coordinator_gpus if coordinator else launch.worker_gpus
+    mem_gb = launch.coordinator_mem_gb if coordinator else launch.worker_mem_gb
+    if gpus:
+        resources["gpus_per_node"] = gpus
+    resources["cpus_per_task"] = launch.coordinator_cpus if coordinator else launch.worker_cpus
+    if mem_gb:
+        resources["mem"] = f"{int(mem_gb * 1024)}MB"
+    resources["time"] = launch.coordinator_time_min if coordinator else launch.worker_time_min
+    for key, value in (("partition", launch.partition), ("account", launch.account), ("qos", launch.qos)):
+        if value:
+            resources[key] = value
+    return resources
+
+
+def sbatch_command_options(cfg: WMRLConfig, role: str) -> list[str]:
+    """The options a plain ``sbatch`` of slurm/templates/ needs to ask for what ``wmrl launch`` asks
+    for (``wmrl launch --no-submit`` prints them): the job's resources, then its sbatch lines (which win,
+    as in the submitted job), and for the workers the array's size and throttle."""
+    options = {key.replace("_", "-"): value for key, value in job_resources(cfg, role).items()}
+    options.update(job_sbatch_options(cfg, role))
+    if role == WORKERS:
+        n = array_tasks(cfg.launch)
+        throttle = f"%{min(cfg.launch.array_parallelism, n)}" if cfg.launch.array_parallelism else ""  # as submitit
+        options = {"array": f"0-{n - 1}{throttle}", **options}
+    return [f"--{key}" if value is True else f"--{key}={value}" for key, value in options.items()]
 
 
 def slurm_executor(cfg: WMRLConfig, run: RunDir, role: str) -> Any:
@@ -125,24 +147,11 @@ def slurm_executor(cfg: WMRLConfig, run: RunDir, role: str) -> Any:
     coordinator = role == COORDINATOR
     params: dict[str, Any] = {
         "job_name": f"wmrl-{'coord' if coordinator else 'work'}-{run.run_id}",
-        "time": launch.coordinator_time_min if coordinator else launch.worker_time_min,
-        "cpus_per_task": launch.coordinator_cpus if coordinator else launch.worker_cpus,
         "signal_delay_s": launch.signal_delay_s,
         "setup": list(launch.setup),
         "additional_parameters": job_sbatch_options(cfg, role),
+        **job_resources(cfg, role),
     }
-    if coordinator:  # one learner rank per task; submitit's srun starts every task
-        params["nodes"] = launch.coordinator_nodes
-        params["ntasks_per_node"] = launch.coordinator_tasks_per_node
-    gpus = launch.coordinator_gpus if coordinator else launch.worker_gpus
-    mem_gb = launch.coordinator_mem_gb if coordinator else launch.worker_mem_gb
-    for key, value in (("partition", launch.partition), ("account", launch.account), ("qos", launch.qos)):
-        if value:
-            params[key] = value
-    if gpus:
-        params["gpus_per_node"] = gpus
-    if mem_gb:
-        params["mem"] = f"{int(mem_gb * 1024)}MB"
     if coordinator:
         # submitit requeues the coordinator with `scontrol requeue`, which a cluster with
         # JobRequeue=0 refuses for jobs that did not ask for it.
