@@ -98,3 +98,10 @@ def test_dedicated_or_non_sleeping_placements_leave_learner_and_generator_as_the
     for cfg in (GenerationConfig(backend="vllm", vllm=VLLMConfig(placement="dedicated", inference_gpus=1)),
                 GenerationConfig(backend="vllm", vllm=VLLMConfig(sleep_level=0)), GenerationConfig()):
         assert place(sentinel_learner, lambda: sentinel_generator, cfg) == (sentinel_learner, sentinel_generator)
+
+
+def test_a_colocated_vllm_that_never_sleeps_is_a_valid_config() -> None:
+    """sleep_level 0 (both fit on the GPU at once) loads: a duplicated SLEEP_LEVELS = (1, 2) refused it."""
+    from wmrl.config import load_config
+
+    assert load_config(None, ["generation.vllm.sleep_level=0"]).generation.vllm.sleep_level == 0

@@ -14,8 +14,6 @@ WEIGHT_TRANSFER = ("auto", "ipc", "nccl")
 PLACEMENTS = ("colocated", "dedicated")
 SLEEP_LEVELS = (0, 1, 2)
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
-PLACEMENTS = ("colocated", "dedicated")
-SLEEP_LEVELS = (1, 2)
 
 
 @dataclass
@@ -67,13 +65,6 @@ class VLLMConfig:
     dtype: str = "bfloat16"
     enforce_eager: bool = False
     enable_prefix_caching: bool = True  # a group's n trajectories share their prompt
-    # colocated: one engine beside the learner on every learner GPU, asleep while the learner trains;
-    # dedicated: inference_gpus GPUs of the coordinator's allocation run vLLM, the rest the learner.
-    placement: str = "colocated"
-    inference_gpus: int = 0
-    # colocated: 1 = weights offloaded to host memory and KV cache freed while the learner trains;
-    # 2 = weights discarded too (reloaded from the learner at wake-up).
-    sleep_level: int = 1
 
     def validate(self, prefix: str) -> None:
         from wmrl.config_checks import ConfigError, check_choice, check_range
@@ -86,12 +77,6 @@ class VLLMConfig:
         check_range(f"{prefix}.tensor_parallel_size", self.tensor_parallel_size, 1)
         check_range(f"{prefix}.max_model_len", self.max_model_len, 16)
         check_choice(f"{prefix}.dtype", self.dtype, VLLM_DTYPES)
-        check_choice(f"{prefix}.placement", self.placement, PLACEMENTS)
-        check_range(f"{prefix}.inference_gpus", self.inference_gpus, 0)
-        check_choice(f"{prefix}.sleep_level", self.sleep_level, SLEEP_LEVELS)
-        if self.placement == "dedicated" and self.inference_gpus < 1:
-            raise ConfigError(f"{prefix}.placement=dedicated needs {prefix}.inference_gpus >= 1 "
-                              f"(got {self.inference_gpus}): the GPUs of the allocation that run vLLM")
         if self.weight_transfer == "ipc" and self.tensor_parallel_size > 1:
             raise ConfigError(f"{prefix}.weight_transfer=ipc needs {prefix}.tensor_parallel_size=1 (the learner's "
                               f"CUDA IPC handles are of its one GPU); use weight_transfer=nccl for tensor parallelism")
