@@ -3,6 +3,10 @@ word-level tokenizer (built here, nothing downloaded) and synthetic multi-turn t
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +16,34 @@ from wmrl.rollout import EXECUTED, Trajectory, Turn
 
 VOCAB = 300
 PAD, EOS = 0, 1
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(script: Path, args: list[str], ranks: int = 1, srun: bool = False,
+              inherited: dict[str, str] | None = None) -> None:
+    """``script ARGS`` as ``ranks`` processes: plain ``python`` (one), ``torchrun`` over gloo, or ``srun``."""
+    # This pytest process may hold a learner of its own: its launch variables must not leak
+    # (``inherited``: the ones a test hands down on purpose).
+    env = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}, **(inherited or {})}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    launcher = [sys.executable]
+    if srun:  # Slurm starts the ranks; the learner finds them through submitit's environment
+        launcher = ["srun", f"--ntasks={ranks}", "--cpus-per-task=1", "--time=15", "--job-name=wmrl-learner-test",
+                    *launcher]
+    elif ranks > 1:
+        launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                     f"--master_port={_free_port()}"]
+    proc = subprocess.run([*launcher, str(script), *args], env=env, capture_output=True, text=True, timeout=800,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
 def tiny_model_dir(path: Path, seed: int = 0) -> Path:

@@ -6,21 +6,17 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from launch_support import slurm_problem
-from learner_support import tiny_model_dir
+from learner_support import run_ranks, tiny_model_dir
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCRIPT = Path(__file__).with_name("learner_script.py")
-REPO = Path(__file__).resolve().parents[1]
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @pytest.fixture(scope="module")
@@ -28,28 +24,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model_dir(tmp_path_factory.mktemp("model"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run(args: list[str], ranks: int = 1, srun: bool = False, inherited: dict[str, str] | None = None) -> None:
-    # This pytest process may hold a learner of its own: its launch variables must not leak
-    # (``inherited``: the ones a test hands down on purpose).
-    env = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}, **(inherited or {})}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    launcher = [sys.executable]
-    if srun:  # Slurm starts the ranks; the learner finds them through submitit's environment
-        launcher = ["srun", f"--ntasks={ranks}", "--cpus-per-task=1", "--time=15", "--job-name=wmrl-learner-test",
-                    *launcher]
-    elif ranks > 1:
-        launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
-                     f"--master_port={_free_port()}"]
-    proc = subprocess.run([*launcher, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=800,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    run_ranks(SCRIPT, args, ranks, srun, inherited)
 
 
 def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:

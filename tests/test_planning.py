@@ -138,7 +138,8 @@ def test_todays_one_gpu_one_rank_layout_is_refused_with_the_reason_and_the_fix(c
     code, out = _plan_cli(capsys, str(CONFIGS[name]), *ONE_GPU_TODAY)
     assert code == 2
     assert "DOES NOT FIT: learner phase needs" in out and "optimizer_state" in out
-    assert "would fit with:" in out and "launch.coordinator_tasks_per_node=7" in out
+    # the fix keeps the placement: 8 ranks, each with its colocated engine (data-parallel generation)
+    assert "would fit with:" in out and "launch.coordinator_tasks_per_node=8" in out
 
 
 def test_the_4_gpu_layout_fits_4b_and_needs_optimizer_offload_at_9b(counts):

@@ -56,3 +56,16 @@ def test_two_task_coordinator_trains_with_both_ranks_and_resumes_after_scontrol_
     one_rank = learner_weights(micro_run, 2)
     assert ours.keys() == one_rank.keys()
     assert all(torch.allclose(ours[name], one_rank[name], atol=1e-2) for name in ours)
+
+
+def test_two_task_coordinator_generates_data_parallel_with_an_engine_on_each_rank(micro_model, tmp_path):
+    """generation.data_parallel: rank 1 holds an engine too and draws its share of every generate call
+    (the colocated vLLM placement's path with several ranks); the run finishes only if rank 1 met every
+    call, its gather and its weight syncs in order."""
+    require_slurm()
+    run = launch_and_requeue(tmp_path, micro_model, "ranks-dp", [*TWO_RANKS, "generation.data_parallel=true"],
+                             timeout_s=900, requeue=False)
+    last = find_checkpoint(run)
+    assert json.loads((last / "learner.json").read_text())["world_size"] == 2
+    for step in (0, 1):  # 2 groups x 2 trajectories a step, drawn by the two ranks
+        assert len(sampled_tokens(run, step)) == 4

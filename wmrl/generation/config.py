@@ -103,7 +103,17 @@ class GenerationConfig:
     backend: str = "transformers"  # "transformers" (CPU, GPU fallback) or "vllm" (GPU, `gpu` extra)
     device: str = "auto"  # transformers backend: "auto" = cuda when available, else cpu
     batch_size: int = 16  # transformers backend: prompts decoded together
+    # transformers backend with several learner ranks: every rank holds a copy and draws a share of each
+    # call (wmrl/generation/data_parallel.py); otherwise rank 0 draws alone. The colocated vLLM placement
+    # is data-parallel by itself (one engine per learner GPU).
+    data_parallel: bool = False
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+
+    def data_parallel_over(self, ranks: int) -> bool:
+        """Whether each of ``ranks`` learner ranks holds an engine and draws a share of every call."""
+        if ranks <= 1:
+            return False
+        return self.vllm.placement == "colocated" if self.backend == "vllm" else self.data_parallel
 
     def validate(self, prefix: str = "generation") -> None:
         from wmrl.config_checks import check_choice, check_range
@@ -112,3 +122,8 @@ class GenerationConfig:
         check_choice(f"{prefix}.device", self.device, DEVICES)
         check_range(f"{prefix}.batch_size", self.batch_size, 1)
         self.vllm.validate(f"{prefix}.vllm")
+        if self.data_parallel and self.backend == "vllm":
+            from wmrl.config_checks import ConfigError
+
+            raise ConfigError(f"{prefix}.data_parallel is for the transformers backend; vLLM is data-parallel "
+                              f"with {prefix}.vllm.placement=colocated (one engine per learner GPU)")

@@ -1,7 +1,8 @@
 """Several learner ranks behind one coordinator: rank 0 leads, every other rank follows.
 
 Only rank 0 runs the coordinator (run lock, spool, calibration, world model, tracking, generation);
-ranks 1.. hold nothing but their share of the learner. Every collective of the learner (the update,
+ranks 1.. hold their share of the learner and, when generation is data-parallel (the colocated vLLM
+placement with several ranks, wmrl/generation/data_parallel.py), an engine of their own. Every collective of the learner (the update,
 the weight sync's gathers, checkpoint save and load) must be entered by all ranks together, so rank 0's
 :class:`LeaderLearner` broadcasts each call, with its arguments, before making it, and :func:`follow`
 makes the same call on every other rank:
@@ -10,6 +11,8 @@ makes the same call on every other rank:
     learner = lead(cfg, model_path)   ── path ─▶ learner = GRPOLearner(cfg, path)
     learner.update(groups, A, w)      ── call ─▶ learner.update(groups, A, w)      (the step's batch)
     learner.named_parameters(dtype)   ── call ─▶ drain(learner.weight_buckets(dtype)) (gathers only)
+                                                  or generator.update_weights(...)  (its own engine)
+    generator.generate(prompts, ...)  ── call ─▶ generator.generate(prompts, ...)   (its share)
     learner.save_checkpoint(root, s)  ── call ─▶ learner.save_checkpoint(root, s)
     learner.load_checkpoint(path)     ── call ─▶ learner.load_checkpoint(path)     (rank 0 decides)
     learner.release()  (also at exit) ── stop ─▶ return
@@ -22,8 +25,9 @@ call the followers wait in that collective until the process group's timeout and
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,35 +54,32 @@ class LeaderLearner:
     def _announce(self, call: str, *args: Any) -> None:
         broadcast_objects([(call, args)])
 
-    def update(self, *args: Any) -> dict[str, float]:
+    @contextlib.contextmanager
+    def leading(self, call: str, *args: Any) -> Iterator[None]:
+        """Announce ``call`` to the followers, then make it here (no "stop" may be sent in between)."""
         self._between_calls = False
-        self._announce("update", *args)
-        metrics = self.learner.update(*args)
+        self._announce(call, *args)
+        yield
         self._between_calls = True
-        return metrics
+
+    def update(self, *args: Any) -> dict[str, float]:
+        with self.leading("update", *args):
+            return self.learner.update(*args)
 
     def weight_buckets(self, dtype: torch.dtype | None = None) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        self._between_calls = False
-        self._announce("weight_buckets", dtype)
-        yield from self.learner.weight_buckets(dtype)
-        self._between_calls = True
+        with self.leading("weight_buckets", dtype):
+            yield from self.learner.weight_buckets(dtype)
 
     def named_parameters(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         return flatten(self.weight_buckets(dtype))
 
     def save_checkpoint(self, root: str | Path, step: int) -> Path:
-        self._between_calls = False
-        self._announce("save_checkpoint", str(root), step)
-        path = self.learner.save_checkpoint(root, step)
-        self._between_calls = True
-        return path
+        with self.leading("save_checkpoint", str(root), step):
+            return self.learner.save_checkpoint(root, step)
 
     def load_checkpoint(self, path: str | Path) -> int:
-        self._between_calls = False
-        self._announce("load_checkpoint", str(path))
-        step = self.learner.load_checkpoint(path)
-        self._between_calls = True
-        return step
+        with self.leading("load_checkpoint", str(path)):
+            return self.learner.load_checkpoint(path)
 
     def release(self) -> None:
         """Let the followers return (once, and only between calls: inside one they are in its
@@ -105,23 +106,35 @@ def lead(cfg: LearnerConfig, model_path: str | Path) -> Any:
     return leader
 
 
-def follow(cfg: LearnerConfig) -> int:
+def follow(cfg: LearnerConfig, place_generator: Callable[[Any, str], tuple[Any, Any]] | None = None) -> int:
     """A follower rank's whole life: build the learner rank 0 names, then repeat its calls until it
-    releases them. Returns the number of calls made."""
+    releases them. Returns the number of calls made.
+
+    ``place_generator(learner, model_path) -> (learner, generator)``: this rank's own engine beside its
+    learner share, for generation data-parallel across the ranks (wmrl/generation/data_parallel.py):
+    rank 0's ``generate`` calls come here too, and the weight sync's gathers feed this engine."""
     from wmrl.learner.grpo import GRPOLearner
 
     rank, _ = init_distributed()
     if rank == 0:
         raise RuntimeError("rank 0 leads (wmrl.learner.follower.lead); follow() is for ranks 1..N-1")
     (model_path,) = broadcast_objects([None])
-    learner = GRPOLearner(cfg, model_path)
+    learner, generator = GRPOLearner(cfg, model_path), None
+    if place_generator is not None:
+        learner, generator = place_generator(learner, model_path)
     calls = 0
     while True:
         ((call, args),) = broadcast_objects([None])
         if call == STOP:
             return calls
-        if call == "weight_buckets":
+        if call == "weight_buckets" and generator is not None:
+            generator.update_weights(learner.named_parameters(*args))
+        elif call == "weight_buckets":
             drain(learner.weight_buckets(*args))
+        elif call == "generate":
+            if generator is None:
+                raise RuntimeError("rank 0 generates data-parallel, but this rank was started without a generator")
+            generator.generate(*args)
         else:
             getattr(learner, call)(*args)
         calls += 1

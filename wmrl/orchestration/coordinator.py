@@ -21,6 +21,7 @@ records the digests that prove it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -255,10 +256,16 @@ class Coordinator(submitit.helpers.Checkpointable):
 
     @staticmethod
     def _follow(cfg: WMRLConfig) -> dict[str, Any]:
-        """Ranks 1..N-1: repeat rank 0's learner calls until it releases them (wmrl/learner/follower.py)."""
+        """Ranks 1..N-1: repeat rank 0's learner calls until it releases them (wmrl/learner/follower.py),
+        with an engine of their own when generation is data-parallel over the ranks."""
         from wmrl.learner.follower import follow
 
-        return {"follower_rank": task_rank(), "learner_calls": follow(cfg.learner)}
+        place_generator = None
+        if cfg.generation.data_parallel_over(int(os.environ.get("SLURM_NTASKS", "1"))):
+            from wmrl.generation.data_parallel import place_on_rank
+
+            place_generator = functools.partial(place_on_rank, cfg=cfg.generation, dtype=cfg.model.dtype)
+        return {"follower_rank": task_rank(), "learner_calls": follow(cfg.learner, place_generator)}
 
     def _start_trainer(self, cfg: WMRLConfig, run: RunDir, store: CheckpointStore,
                        runner: AnchorRunner) -> Trainer:

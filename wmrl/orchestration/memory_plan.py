@@ -269,10 +269,10 @@ def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = ""
     if placement == "dedicated" and vllm.weight_transfer == "ipc":
         problems.append("generation.vllm.weight_transfer=ipc needs the engine on the learner's GPU "
                         "(placement=colocated); dedicated engines take weights over nccl (or auto)")
-    if placement == "colocated" and ranks > 1:
-        # The same rule as the launch preflight (check_learner_ranks): only rank 0 holds a generator.
-        problems.append(f"generation.vllm.placement=colocated runs beside one learner rank, not {ranks}: "
-                        "several ranks need generation.vllm.placement=dedicated")
+    if placement == "colocated" and ranks > 1 and vllm.tensor_parallel_size > 1:
+        # The same rule as the launch preflight (check_learner_ranks): one engine on each rank's GPU.
+        problems.append(f"generation.vllm.placement=colocated with {ranks} learner ranks runs one engine per "
+                        f"rank: generation.vllm.tensor_parallel_size={vllm.tensor_parallel_size} needs to be 1")
     ranks_per_node = math.ceil(ranks / nodes)
     b = DTYPE_BYTES[learner.precision]
     n, largest, h = counts.total, counts.largest_layer, counts.hidden_size
@@ -389,11 +389,13 @@ def _fix_candidates(cfg: WMRLConfig) -> list[dict[str, Any]]:
     per_node = max(8, launch.coordinator_gpus)
     inference = vllm.inference_gpus if vllm.placement == "dedicated" else 0
     several_ranks: dict[str, Any] = {"launch.coordinator_gpus": per_node, "launch.coordinator_tasks_per_node": per_node}
-    if cfg.generation.backend == "vllm":  # several ranks: vLLM on a GPU of its own (colocated is one rank)
+    if cfg.generation.backend == "vllm" and vllm.placement == "colocated":  # one engine beside every rank
+        several_ranks["generation.vllm.tensor_parallel_size"] = 1
+    elif cfg.generation.backend == "vllm":  # several ranks beside vLLM's own GPUs
         several_ranks = {"launch.coordinator_gpus": per_node,
                          "launch.coordinator_tasks_per_node": per_node - max(inference, 1),
-                         "generation.vllm.placement": "dedicated", "generation.vllm.inference_gpus": max(inference, 1),
-                         "generation.vllm.weight_transfer": "auto", "generation.vllm.gpu_memory_utilization": 0.9}
+                         "generation.vllm.inference_gpus": max(inference, 1),
+                         "generation.vllm.gpu_memory_utilization": 0.9}
     return [
         {"launch.coordinator_tasks_per_node": max(launch.coordinator_gpus - inference,
                                                   launch.coordinator_tasks_per_node)},

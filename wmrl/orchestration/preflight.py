@@ -98,12 +98,12 @@ def check_learner_ranks(cfg: WMRLConfig, ranks: int | None = None) -> None:
             "has no learner for them to join; set both to 1, or trainer=llm"
         )
     vllm = cfg.generation.vllm
-    if ranks > 1 and cfg.generation.backend == "vllm" and vllm.placement == "colocated":
-        # One engine per learner GPU needs a generator on every rank; followers hold only the learner.
+    if cfg.generation.data_parallel_over(ranks) and cfg.generation.backend == "vllm" and vllm.tensor_parallel_size > 1:
+        # One engine per learner rank, each on its rank's GPU (wmrl/generation/data_parallel.py).
         raise PreflightError(
-            f"generation.vllm.placement=colocated with {ranks} learner ranks is not supported yet (ranks 1.. "
-            "have no vLLM engine to sleep and wake beside their learner share); use "
-            "generation.vllm.placement=dedicated with generation.vllm.inference_gpus >= 1, or one learner rank"
+            f"generation.vllm.placement=colocated with {ranks} learner ranks runs one engine beside each rank, "
+            f"on its one GPU: generation.vllm.tensor_parallel_size={vllm.tensor_parallel_size} needs "
+            "tensor_parallel_size=1 there, or placement=dedicated for tensor-parallel engines"
         )
 
 

@@ -60,8 +60,7 @@ class LLMTrainer:
         import torch
 
         from wmrl.agent.policy import AgentPolicy
-        from wmrl.generation.colocation import place
-        from wmrl.generation.factory import build_generator
+        from wmrl.generation.data_parallel import place_on_rank
         from wmrl.learner.follower import lead
         from wmrl.sft.data import run_context
         from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
@@ -96,9 +95,10 @@ class LLMTrainer:
         # Rank 0 of several learner ranks leads them (the others follow, wmrl/learner/follower.py).
         learner = lead(cfg.learner, self.model_path)
         log_kernels(learner.engine.module)
-        # generation.vllm.placement: colocated vLLM takes turns with the learner on its GPU (colocation.py)
-        self.learner, self.generator = place(
-            learner, lambda: build_generator(self.model_path, cfg.generation, cfg.model.dtype), cfg.generation)
+        # generation.vllm.placement: colocated vLLM takes turns with the learner on its GPU (colocation.py),
+        # one engine per learner rank, each drawing a share of every call (data_parallel.py)
+        self.learner, self.generator = place_on_rank(learner, self.model_path, cfg.generation, cfg.model.dtype,
+                                                     leader=learner)
         self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
         self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
         self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
