@@ -172,3 +172,53 @@ def test_on_the_local_slurm_an_array_task_with_one_fake_gpu_runs_two_executions_
     workers = sorted(rec.worker_id for rec in done.values())
     assert workers[0].endswith("-s0") and workers[1].endswith("-s1") and workers[0][:-3] == workers[1][:-3]
     assert all(rec.outcome["gpu_fraction"] == 0.5 for rec in done.values())
+
+
+MPS_CONTROL_STANDIN = """#!/bin/sh
+# nvidia-cuda-mps-control's interface: `-d` starts the daemon (and returns), no argument reads commands
+# (here: quit) from stdin. Records each call with the pipe directory it was given.
+if [ "$1" = "-d" ]; then echo "start $CUDA_MPS_PIPE_DIRECTORY $CUDA_VISIBLE_DEVICES" >> {calls}; exit 0; fi
+read cmd; echo "$cmd $CUDA_MPS_PIPE_DIRECTORY" >> {calls}
+"""
+
+
+def test_own_mps_starts_a_daemon_for_the_slots_and_enforces_each_share(tmp_path, fake_gpu):
+    """launch.mps=own: the slots' executor starts an MPS control daemon (the stand-in keeps the real
+    command's interface) with a pipe directory of its own, each slot is a client whose limits are its
+    half of the GPU, the executions see the pipe directory, and the daemon is told to quit at the end."""
+    calls = tmp_path / "mps-calls"
+    control = tmp_path / "bin" / "nvidia-cuda-mps-control"
+    control.write_text(MPS_CONTROL_STANDIN.format(calls=calls))
+    control.chmod(0o755)
+    probe = ("import json, os\nprint(json.dumps({k: os.environ.get(k) for k in ('CUDA_MPS_PIPE_DIRECTORY', "
+             "'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')}))\nprint(1.0)")
+    cfg = load_config(None, ["run_name=t", "launch.executions_per_gpu=2", "launch.mps=own",
+                             *(f"launch.{k}={v}" for k, v in FAST.items())])
+    run = create_run_dir(tmp_path / "t", to_yaml(cfg))
+    reqs = [ExecutionRequest.create("t", step=1, task_id="iris", group_id=0, traj_id=i, code=probe, timeout_s=60)
+            for i in range(2)]
+    service = SpoolExecutionService(run, cfg.launch)
+    service.submit(reqs)
+    with LocalExecutor(run, workers=2, work=PYTHON_WORK, idle_timeout_s=30, executions_per_gpu=2, mps="own"):
+        done = service.wait([r.request_id for r in reqs], timeout_s=120)
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("start ") and lines[1].startswith("quit ")
+    pipe = lines[0].split()[1]
+    assert lines[0] == f"start {pipe} 0" and lines[1] == f"quit {pipe}"
+    seen = [json.loads(rec.outcome["stdout_tail"].splitlines()[0]) for rec in done.values()]
+    assert seen == [{"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40960M"}] * 2
+    assert not Path(pipe).exists()  # the executor's own directory, removed with the daemon
+
+
+def test_mps_modes_are_named_and_own_without_the_control_binary_says_what_to_do(tmp_path, fake_gpu, monkeypatch):
+    from wmrl.orchestration.gpu_share import mps_daemon
+
+    with pytest.raises(ConfigError, match=r"launch.mps='always' is not allowed; choose one of: off, own, site"):
+        load_config(None, ["run_name=t", "launch.mps=always"])
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # the fake nvidia-smi, no MPS control
+    with pytest.raises(RuntimeError, match=r"launch.mps=own: nvidia-cuda-mps-control is not on PATH"):
+        with mps_daemon(tmp_path / "mps"):
+            pass
+    assert slot_env(1, ["3"], 2, mps=True)["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in slot_env(1, ["3"], 2)

@@ -225,3 +225,14 @@ def _processes_with(marker: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def test_an_mps_client_keeps_the_host_ipc_namespace_and_sees_the_pipe_directory() -> None:
+    """launch.mps: the execution is an MPS client; `--containall` would give it an IPC namespace of its own
+    (it is --contain --cleanenv --ipc --pid), so the command spells out all of it but --ipc."""
+    args = ("apptainer", "/img.sif", "python", Path("/p"), Path("/w"), Path("/i"), Path("/o"), Path("/t"), Path("/m"))
+    mps = build_argv(*args, SandboxLimits(gpus=1), [], {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/wmrl-mps-x/pipe"})
+    assert "--containall" not in mps and mps[2:6] == ["--contain", "--pid", "--cleanenv", "--no-home"]
+    assert mps[mps.index("/tmp/wmrl-mps-x/pipe:/tmp/wmrl-mps-x/pipe") - 1] == "--bind"
+    no_gpu = build_argv(*args, SandboxLimits(gpus=0), [], {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/wmrl-mps-x/pipe"})
+    assert "--containall" in no_gpu and "/tmp/wmrl-mps-x/pipe:/tmp/wmrl-mps-x/pipe" not in no_gpu

@@ -202,3 +202,24 @@ def test_a_venv_made_with_copies_binds_its_own_interpreter(tmp_path: Path) -> No
     assert (str(base), SANDBOX_PYTHON) in layout.binds
     assert layout.pyvenv_cfg == f"home = {SANDBOX_PYTHON}/bin\nversion = 3.11.7\n"
     assert str(tmp_path) not in "".join(t for t, _ in layout.symlinks)
+
+
+def test_an_mps_client_shares_the_hosts_ipc_namespace_and_reaches_the_pipe_directory(
+        public: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launch.mps: an execution with a GPU share connects to the MPS daemon through its pipe directory and
+    the host's IPC namespace; without MPS it keeps an IPC namespace of its own."""
+    pipe = tmp_path / "mps" / "pipe"
+    pipe.mkdir(parents=True)
+    (pipe / "control").write_text("")
+    code = ("import os\nprint(os.readlink('/proc/self/ns/ipc'), "
+            "os.path.exists(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', '/-') + '/control'))")
+    host_ipc = os.readlink("/proc/self/ns/ipc")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    with_mps = run(code, public, tmp_path / "a", SandboxLimits(timeout_s=20, memory_mb=2048, max_procs=64, gpus=1))
+    assert with_mps.status == "ok", with_mps.stderr_tail
+    assert with_mps.stdout_tail == f"{host_ipc} True\n"
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY")
+    without = run(code, public, tmp_path / "b", SandboxLimits(timeout_s=20, memory_mb=2048, max_procs=64, gpus=1))
+    ipc, seen = without.stdout_tail.split()
+    assert ipc != host_ipc and seen == "False"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from wmrl.config_checks import ConfigError, check_choice, check_range
 
 EXECUTORS = ("local", "slurm")
+MPS_MODES = ("off", "own", "site")
 # A job's shape has its own keys; an sbatch line setting it would contradict them.
 SHAPE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "array")
 SHAPE_KEYS = ("launch.coordinator_nodes and launch.coordinator_tasks_per_node (the coordinator), "
@@ -80,6 +81,14 @@ class LaunchConfig:
     # executions_per_gpu * worker_gpus slots, so the array has ceil(workers / that) tasks; each
     # execution is counted as 1/executions_per_gpu of a GPU in the cost accounting.
     executions_per_gpu: int = 1
+    # NVIDIA MPS for the executions sharing a GPU: "off" (the shares are advisory); "own": each worker
+    # array task starts its own MPS control daemon (nvidia-cuda-mps-control -d, pipe and log directories
+    # private to the task) and stops it at the end; "site": the site runs MPS (Slurm's gres/mps, or a
+    # daemon per node; CUDA_MPS_PIPE_DIRECTORY comes from the job's environment). With either, each
+    # execution's client limits enforce its share (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT,
+    # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and its sandbox shares the host's IPC namespace and sees the
+    # pipe directory, which MPS clients need (docs/sandbox.md, "Sharing a GPU").
+    mps: str = "off"
     worker_cpus: int = 1
     worker_mem_gb: float = 0.0
     # The array's "%" throttle: at most this many worker tasks run at once (0 = all of them).
@@ -114,6 +123,7 @@ class LaunchConfig:
 
     def validate(self, prefix: str = "launch") -> None:
         check_choice(f"{prefix}.executor", self.executor, EXECUTORS)
+        check_choice(f"{prefix}.mps", self.mps, MPS_MODES)
         check_range(f"{prefix}.workers", self.workers, 1)
         for name in ("lease_s", "heartbeat_s", "idle_timeout_s", "poll_min_s", "poll_max_s",
                      "lock_heartbeat_s", "lock_stale_s", "tmp_max_age_s"):

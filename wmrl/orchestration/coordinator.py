@@ -232,7 +232,7 @@ class Coordinator(submitit.helpers.Checkpointable):
             tick: Callable[[], None] = lambda: None
             if cfg.launch.executor == "local":
                 local = LocalExecutor(run, cfg.launch.workers, work=cfg.launch.work,
-                                      executions_per_gpu=cfg.launch.executions_per_gpu)
+                                      executions_per_gpu=cfg.launch.executions_per_gpu, mps=cfg.launch.mps)
                 local.start()
                 tick = local.revive  # workers that left on their idle timeout come back when work waits
             elif cfg.launch.resubmit_workers:

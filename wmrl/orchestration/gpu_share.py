@@ -12,24 +12,35 @@ environment, inherited by the sandbox (:func:`wmrl.sandbox.runspec.gpu_env`), sa
 - ``TF_FORCE_GPU_ALLOW_GROWTH=true`` (TensorFlow otherwise takes the whole GPU at start-up) and
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (less fragmentation beside a neighbour).
 
-Nothing here enforces the memory split (CUDA has no per-process cap without MPS, which a site's admins
-run; see docs/sandbox.md): a solution over its share can make its neighbour fail with out-of-memory.
+Without MPS nothing enforces the split (CUDA has no per-process cap): a solution over its share can make
+its neighbour fail with out-of-memory. With ``launch.mps`` (``own``: the array task starts an MPS control
+daemon of its own, :func:`mps_daemon`; ``site``: the site runs one) each slot is also an MPS client with
+its share as hard limits: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (memory, of its device 0) and
+``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (SMs); ``CUDA_MPS_PIPE_DIRECTORY`` says where the daemon listens.
 The cost accounting counts each execution at its fraction: its GPU-seconds are its wall seconds times
 ``WMRL_GPU_FRACTION`` (the worker records ``gpu_fraction`` in the outcome).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.sandbox.runspec import GPU_SHARE_VARS
 
 # The sandbox passes GPU_SHARE_VARS on from the worker's environment to an execution with a GPU.
 FRACTION_ENV, MEMORY_ENV = GPU_SHARE_VARS[:2]
+MPS_PIPE_ENV, MPS_LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
+MPS_CONTROL = "nvidia-cuda-mps-control"
+
+log = logging.getLogger(__name__)
 
 
 def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -61,8 +72,9 @@ def array_tasks(launch: LaunchConfig) -> int:
     return math.ceil(launch.workers / slots_per_task(launch))
 
 
-def slot_env(slot: int, gpus: list[str], executions_per_gpu: int) -> dict[str, str]:
-    """The environment of worker slot ``slot`` on a machine with ``gpus`` (nothing without GPUs)."""
+def slot_env(slot: int, gpus: list[str], executions_per_gpu: int, mps: bool = False) -> dict[str, str]:
+    """The environment of worker slot ``slot`` on a machine with ``gpus`` (nothing without GPUs);
+    ``mps``: the slot is an MPS client whose share is enforced."""
     if not gpus:
         return {}
     gpu = gpus[(slot // executions_per_gpu) % len(gpus)]
@@ -72,7 +84,36 @@ def slot_env(slot: int, gpus: list[str], executions_per_gpu: int) -> dict[str, s
         total = gpu_memory_mb(gpu)
         if total is not None:
             env[MEMORY_ENV] = str(total // executions_per_gpu)
+        if mps:  # the client sees its one GPU as device 0
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(100 // executions_per_gpu)
+            if total is not None:
+                env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={total // executions_per_gpu}M"
     return env
+
+
+@contextlib.contextmanager
+def mps_daemon(directory: Path) -> Iterator[dict[str, str]]:
+    """An MPS control daemon for this array task's GPUs (those of its ``CUDA_VISIBLE_DEVICES``), its pipe
+    and log directories under ``directory`` (node-local); yields the environment its clients need and
+    tells it to quit at the end (it stops its server once the last client has gone)."""
+    exe = shutil.which(MPS_CONTROL)
+    if exe is None:
+        raise RuntimeError(f"launch.mps=own: {MPS_CONTROL} is not on PATH on {os.uname().nodename} (it comes "
+                           "with the NVIDIA driver); use launch.mps=site where the site runs MPS, or off")
+    env = {MPS_PIPE_ENV: str(directory / "pipe"), MPS_LOG_ENV: str(directory / "log")}
+    for path in env.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    daemon_env = {**os.environ, **env}
+    subprocess.run([exe, "-d"], env=daemon_env, check=True, timeout=60)
+    log.info("MPS control daemon started for GPUs %s (pipe %s)", os.environ.get("CUDA_VISIBLE_DEVICES"),
+             env[MPS_PIPE_ENV])
+    try:
+        yield env
+    finally:
+        done = subprocess.run([exe], input="quit\n", env=daemon_env, text=True, capture_output=True, timeout=60,
+                              check=False)
+        if done.returncode != 0:
+            log.warning("MPS control daemon did not quit cleanly (rc %d): %s", done.returncode, done.stderr.strip())
 
 
 def gpu_fraction() -> float | None:

@@ -16,20 +16,24 @@ Typical step::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol, Self
 
 from wmrl.io import read_json
 from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.gpu_share import slot_env, visible_gpus
+from wmrl.orchestration.gpu_share import mps_daemon, slot_env, visible_gpus
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest, InvalidResult
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.spool import SWEEP_EVERY_S, LeaseWatch, Spool, visible_names
@@ -200,15 +204,17 @@ class LocalExecutor:
 
     def __init__(self, run: RunDir, workers: int, work: str = DEFAULT_WORK,
                  idle_timeout_s: float | None = None, env: dict[str, str] | None = None,
-                 executions_per_gpu: int = 1, worker_id_prefix: str = "") -> None:
+                 executions_per_gpu: int = 1, worker_id_prefix: str = "", mps: str = "off") -> None:
         self.run_dir = run
         self.n = workers
         self.work = work
         self.idle_timeout_s = idle_timeout_s
-        self.env = env
+        self.env = dict(env or {})
         self.executions_per_gpu = executions_per_gpu
         self.worker_id_prefix = worker_id_prefix
+        self.mps = mps  # launch.mps: "own" starts a daemon for the slots (gpu_share.mps_daemon)
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._daemon = contextlib.ExitStack()
 
     def command(self, i: int = 0) -> list[str]:
         cmd = [sys.executable, "-m", "wmrl.cli.main", "worker", str(self.run_dir.path), "--work", self.work]
@@ -219,12 +225,17 @@ class LocalExecutor:
         return cmd
 
     def start(self) -> None:
+        sharing = self.executions_per_gpu > 1 and visible_gpus({**os.environ, **self.env})
+        if sharing and self.mps == "own":
+            directory = Path(tempfile.mkdtemp(prefix="wmrl-mps-"))  # node-local, ours: removed at stop
+            self._daemon.callback(shutil.rmtree, directory, ignore_errors=True)
+            self.env.update(self._daemon.enter_context(mps_daemon(directory)))
         self.procs = [self._spawn(i) for i in range(self.n)]
 
     def _spawn(self, i: int) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **(self.env or {})}
+        env = {**os.environ, **self.env}
         if self.executions_per_gpu > 1:
-            env.update(slot_env(i, visible_gpus(env), self.executions_per_gpu))
+            env.update(slot_env(i, visible_gpus(env), self.executions_per_gpu, mps=self.mps != "off"))
         name = f"{self.worker_id_prefix}-s{i}" if self.worker_id_prefix else str(i)
         with open(self.run_dir.logs / f"local-worker-{name}.stderr", "ab") as err:
             return subprocess.Popen(self.command(i), stdout=subprocess.DEVNULL, stderr=err, env=env,
@@ -254,6 +265,7 @@ class LocalExecutor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self._daemon.close()  # the MPS daemon quits once its clients are gone
 
     def __enter__(self) -> Self:
         self.start()

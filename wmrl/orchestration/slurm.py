@@ -225,8 +225,8 @@ def run_worker_slots(run: RunDir, cfg: WMRLConfig, work: str, task_id: str) -> d
     its GPU and told its share; Slurm's stop signals are passed on, so each slot releases its claim."""
     from wmrl.orchestration.service import LocalExecutor
 
-    slots = LocalExecutor(run, slots_per_task(cfg.launch), work=work,
-                          executions_per_gpu=cfg.launch.executions_per_gpu, worker_id_prefix=task_id)
+    slots = LocalExecutor(run, slots_per_task(cfg.launch), work=work, executions_per_gpu=cfg.launch.executions_per_gpu,
+                          worker_id_prefix=task_id, mps=cfg.launch.mps)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     slots.start()

@@ -38,6 +38,7 @@ from wmrl.sandbox.runspec import (
     StartedPipe,
     fill_scratch,
     gpu_env,
+    mps_pipe,
     make_scratch,
     prepare_work_dir,
     resolve_dirs,
@@ -76,9 +77,11 @@ def build_argv(
     env: dict[str, str],
 ) -> list[str]:
     m = SANDBOX_MOUNTS
+    pipe = mps_pipe(env) if limits.gpus > 0 else None
     argv = [
         apptainer, "exec",
-        "--containall", "--cleanenv", "--no-home",
+        # --containall is --contain --cleanenv --ipc --pid; an MPS client keeps the host's IPC namespace
+        *(["--contain", "--pid"] if pipe else ["--containall"]), "--cleanenv", "--no-home",
         "--net", "--network", "none",
         "--bind", f"{public_dir}:{m.data}:ro",
         "--bind", f"{work_dir}:{m.work}",
@@ -93,6 +96,8 @@ def build_argv(
         argv += ["--bind", f"{src}:{dest or src}:ro"]
     if limits.gpus > 0:
         argv.append("--nv")
+    if pipe:
+        argv += ["--bind", f"{pipe}:{pipe}"]
     argv += ["--pwd", m.work]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]

@@ -33,6 +33,7 @@ from wmrl.sandbox.runspec import (
     StartedPipe,
     fill_scratch,
     gpu_env,
+    mps_pipe,
     make_scratch,
     prepare_work_dir,
     resolve_dirs,
@@ -156,9 +157,11 @@ def build_argv(
     env: dict[str, str],
 ) -> list[str]:
     m = SANDBOX_MOUNTS
+    pipe = mps_pipe(env) if limits.gpus > 0 else None
     argv = [
         shutil.which("bwrap") or "bwrap",
-        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        *([] if pipe else ["--unshare-ipc"]),  # an MPS client shares the host's IPC namespace
+        "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--hostname", "sandbox",
         "--die-with-parent",  # the sandbox dies with its supervisor
         "--new-session",  # no TIOCSTI into a terminal
@@ -202,6 +205,8 @@ def build_argv(
     if limits.gpus > 0:
         for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             argv += ["--dev-bind", dev, dev]
+        if pipe:
+            argv += [*_make_parents(pipe), "--bind", pipe, pipe]
     argv += [
         "--perms", "0755", "--dir", "/sandbox",
         "--ro-bind", str(public_dir), m.data,

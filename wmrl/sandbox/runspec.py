@@ -159,7 +159,8 @@ def sandbox_env(
 
 
 # A worker slot's GPU share (wmrl.orchestration.gpu_share sets them), passed on to a GPU execution.
-GPU_SHARE_VARS = ("WMRL_GPU_FRACTION", "WMRL_GPU_MEMORY_MB", "TF_FORCE_GPU_ALLOW_GROWTH", "PYTORCH_CUDA_ALLOC_CONF")
+GPU_SHARE_VARS = ("WMRL_GPU_FRACTION", "WMRL_GPU_MEMORY_MB", "TF_FORCE_GPU_ALLOW_GROWTH", "PYTORCH_CUDA_ALLOC_CONF",
+                  "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 
 
 def gpu_env(limits: SandboxLimits) -> dict[str, str]:
@@ -169,6 +170,13 @@ def gpu_env(limits: SandboxLimits) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ""}
     env = {name: os.environ[name] for name in ("CUDA_VISIBLE_DEVICES", *GPU_SHARE_VARS) if os.environ.get(name)}
     return env
+
+
+def mps_pipe(env: dict[str, str]) -> str | None:
+    """The MPS pipe directory an execution with a GPU share connects through (``launch.mps``), else None.
+    Its sandbox then shares the host's IPC namespace and binds the directory: MPS clients reach their
+    server through it, as NVIDIA's container guidance has them (docs/sandbox.md, "Sharing a GPU")."""
+    return env.get("CUDA_MPS_PIPE_DIRECTORY") or None
 
 
 def resolve_dirs(public_dir: Path, work_dir: Path) -> tuple[Path, Path]:
