@@ -126,12 +126,15 @@ def test_several_coordinator_ranks_need_a_trainer_with_a_learner(tmp_path):
     check_learner_ranks(dry_config(tmp_path, "llm", 1, "launch.coordinator_tasks_per_node=2", "trainer=llm"))
 
 
-def test_several_ranks_refuse_a_colocated_vllm_and_take_a_dedicated_one(tmp_path):
+def test_several_ranks_take_a_colocated_engine_each_or_a_dedicated_one_but_no_tensor_parallel_colocated(tmp_path):
     ranks = ("launch.coordinator_tasks_per_node=2", "trainer=llm", "generation.backend=vllm")
-    with pytest.raises(PreflightError, match=r"placement=colocated with 2 learner ranks is not supported"):
-        check_learner_ranks(dry_config(tmp_path, "coloc", 1, *ranks))
+    check_learner_ranks(dry_config(tmp_path, "coloc", 1, *ranks))  # one engine beside each rank
     check_learner_ranks(dry_config(tmp_path, "dedic", 1, *ranks, "generation.vllm.placement=dedicated",
                                    "generation.vllm.inference_gpus=1"))
+    with pytest.raises(PreflightError, match=r"colocated with 2 learner ranks runs one engine beside each rank.*"
+                                             r"tensor_parallel_size=2 needs tensor_parallel_size=1"):
+        check_learner_ranks(dry_config(tmp_path, "tp", 1, *ranks, "generation.vllm.tensor_parallel_size=2",
+                                       "generation.vllm.weight_transfer=nccl"))
 
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="needs scontrol")

@@ -58,8 +58,11 @@ def test_launch_no_submit_writes_the_run_directory_and_prints_the_sbatch_lines(t
                           check=False)
     assert done.returncode == 0, done.stderr
     run = RunDir.open(tmp_path / "plain")
-    assert f"sbatch slurm/templates/coordinator.sbatch {run.path}" in done.stdout
-    assert f"sbatch --array=0-2 slurm/templates/workers.sbatch {run.path}" in done.stdout
+    # each line asks for what the submitted job would (the config's defaults: 1 task, 2 CPUs, 24 h; the
+    # workers 1 CPU, 4 h each)
+    assert ("sbatch --nodes=1 --ntasks-per-node=1 --cpus-per-task=2 --time=1440 "
+            f"slurm/templates/coordinator.sbatch {run.path}") in done.stdout
+    assert f"sbatch --array=0-2 --cpus-per-task=1 --time=240 slurm/templates/workers.sbatch {run.path}" in done.stdout
     assert not (run.path / "jobs").exists() or not list((run.path / "jobs").iterdir())  # nothing submitted
 
 
