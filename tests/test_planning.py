@@ -161,6 +161,26 @@ def test_dedicated_placement_gives_its_gpus_to_vllm_and_the_rest_to_the_learner(
     assert p.kv_cache_needed >= 32 * 24576 * 32768
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_colocated_placement_puts_an_engine_beside_every_rank_and_fits_8_gpus(counts, name):
+    """One vLLM engine per learner rank (data-parallel generation): 8 engines for 8 ranks, each with an
+    eighth of the step's trajectories in its KV cache, and the learners' states in host memory meanwhile."""
+    colocated = ["generation.vllm.placement=colocated", "generation.vllm.inference_gpus=0",
+                 "launch.coordinator_tasks_per_node=8", "generation.vllm.gpu_memory_utilization=0.4"]
+    p = plan(load_config(CONFIGS[name], colocated), counts[name])
+    assert p.fits, p.problems
+    assert p.learner_ranks == 8 and p.engines == 8
+    assert "generator_asleep" in p.learner.gpu and "learner_asleep" in p.generation.gpu
+    assert "learner_states_offloaded" in p.generation.host
+    # 8 trajectories per engine, not 64: a quarter of the KV cache a 2-engine layout would need
+    two = plan(load_config(CONFIGS[name], [*colocated[:2], "launch.coordinator_tasks_per_node=2",
+                                           "generation.vllm.gpu_memory_utilization=0.4"]), counts[name])
+    assert p.kv_cache_needed * 4 == two.kv_cache_needed
+    tensor_parallel = plan(load_config(CONFIGS[name], [*colocated, "generation.vllm.tensor_parallel_size=2",
+                                                       "generation.vllm.weight_transfer=nccl"]), counts[name])
+    assert any("tensor_parallel_size=2 needs to be 1" in problem for problem in tensor_parallel.problems)
+
+
 def test_launch_preflight_refuses_a_layout_that_does_not_fit():
     cfg = load_config(CONFIGS["qwen3.5-4b"], ONE_GPU_TODAY)
     with pytest.raises(PreflightError, match="does not fit its allocation.*would fit with"):
