@@ -96,6 +96,8 @@ def run_world_model(env: WorldModelEnvironment, variants, outcomes, batch: int) 
         "calls": int(counts.get("calls", 0)), "calls_per_s": counts.get("calls", 0) / seconds,
         "submissions_per_s": len(variants) / seconds,
         "pearson": correlation(r_hat, r, "pearson"), "spearman": correlation(r_hat, r, "spearman"),
+        # the ranking that matters once the pre-check has settled the failures: among solutions that run
+        "spearman_running": correlation([h for h, x in zip(r_hat, r) if x > 0], [x for x in r if x > 0], "spearman"),
         "pass_fail_accuracy": proportion(agree, len(variants)),
         "parse_fallback": proportion(int(counts.get("verdict:fallback", 0)), int(answers)),
         "parse_repaired": proportion(int(counts.get("verdict:repaired", 0)), int(answers)),
@@ -131,15 +133,16 @@ def table(report: dict) -> str:
         f"coverage {pc['coverage']['rate']:.3f} ± {pc['coverage']['se']:.3f} of real failures settled, "
         f"precision {pc['precision']['rate']:.3f} ({pc['precision']['k']}/{pc['precision']['n']} flagged "
         "failures are real failures)."), "",
-        ("| setting | n | Pearson r(r_hat, r) [95% CI] | Spearman | pass/fail accuracy | JSON fallback | repaired "
-        "| WM calls/s | submissions/s |"),
-        "|---|---|---|---|---|---|---|---|---|",
+        ("| setting | n | Pearson r(r_hat, r) [95% CI] | Spearman | Spearman among running (r > 0) [n] "
+        "| pass/fail accuracy | JSON fallback | repaired | WM calls/s | submissions/s |"),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in report["runs"].items():
         m = _no_nan(m)
-        p, s = m["pearson"], m["spearman"]
+        p, s, running = m["pearson"], m["spearman"], m.get("spearman_running", {"r": None, "n": 0})
         lines.append(
             f"| {name} | {m['submissions']} | {_f(p['r'], 3)} [{_f(p['ci95'][0])}, {_f(p['ci95'][1])}] | {_f(s['r'], 3)} "
+            f"| {_f(running['r'], 3)} [{running['n']}] "
             f"| {m['pass_fail_accuracy']['rate']:.3f} ± {m['pass_fail_accuracy']['se']:.3f} "
             f"| {m['parse_fallback']['rate']:.3f} | {m['parse_repaired']['rate']:.3f} "
             f"| {m['calls_per_s']:.2f} | {m['submissions_per_s']:.3f} |")
