@@ -196,3 +196,35 @@ def test_sft_executes_no_held_out_variant(task):
                                     table_runtime()) == everything
     assert world_model_sft_variants([task], WorldModelConfig(precheck=False, heldout_fraction=1.0, sft_variants_per_task=1),
                                     table_runtime()) == []
+
+
+def test_all_references_add_every_trainable_leaderboard_solution_once_with_its_real_score(tmp_path):
+    """world_model.sft_all_references: every reference of the training tasks that is not held out, unmodified,
+    scored by its leaderboard run (nothing executed); the held-out ones (the evaluation's) never."""
+    from wmrl.sft.data import world_model_sft_variants
+    from wmrl.world_model.config import WorldModelConfig
+    from wmrl.world_model.variants import REFERENCE as UNMODIFIED
+    from wmrl.world_model.variants import reference_variant
+
+    root = make_wmrl_task(tmp_path / "pool")
+    (root / "reference").mkdir()
+    solutions = []
+    for i in range(8):
+        (root / "reference" / f"r{i}.py").write_text(REFERENCE.replace("max_depth=3", f"max_depth={i + 1}"))
+        solutions.append({"name": f"r{i}", "file": f"r{i}.py", "raw_score": i / 10, "position_score": i / 8})
+    (root / "reference" / "index.json").write_text(json.dumps({"solutions": solutions}))
+    task = load_task(root)
+
+    def sft(**keys) -> list:
+        return world_model_sft_variants([task], WorldModelConfig(precheck=False, sft_variants_per_task=1, **keys),
+                                        table_runtime())
+
+    few, every = sft(heldout_fraction=0.0), sft(heldout_fraction=0.0, sft_all_references=True)
+    assert [v for v in every if v not in few] and every[:len(few)] == few
+    unmodified = [v for v in every if v.kind == UNMODIFIED]
+    assert sorted(v.reference for v in unmodified) == [f"r{i}" for i in range(8)]  # each once
+    assert {v.reference: v.reference_score for v in unmodified} == {f"r{i}": i / 8 for i in range(8)}
+    half = sft(heldout_fraction=0.5, sft_all_references=True)
+    held_out = {ref.name for ref in task.reference_solutions() if reference_variant(task, ref, 0.5).heldout}
+    assert held_out and not held_out & {v.reference for v in half}
+    assert {v.reference for v in half if v.kind == UNMODIFIED} == {f"r{i}" for i in range(8)} - held_out

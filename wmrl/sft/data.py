@@ -35,7 +35,7 @@ from wmrl.world_model.prompts import (
     simulator_system_prompt,
 )
 from wmrl.world_model.targets import target_json
-from wmrl.world_model.variants import Outcome, SolutionVariant, make_variants
+from wmrl.world_model.variants import Outcome, SolutionVariant, all_references, make_variants
 
 AGENT, WORLD_MODEL = "agent", "world_model"
 _DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
@@ -138,6 +138,12 @@ def world_model_sft_variants(train: Sequence[Any], wm: Any, runtime: Any) -> lis
     less the ones the pre-check settles when it is on."""
     variants = [v for v in make_variants(list(train), wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
                 if not v.heldout]
+    if wm.sft_all_references:  # the leaderboard's really-run references, scored: nothing to execute
+        seen = {v.key for v in variants}
+        for reference in all_references(list(train), wm.heldout_fraction):
+            if not reference.heldout and reference.key not in seen:
+                variants.append(reference)
+                seen.add(reference.key)
     return left_to_the_world_model(variants, train, runtime) if wm.precheck else variants
 
 

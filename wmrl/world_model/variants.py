@@ -122,6 +122,17 @@ def _held_out(name: str, fraction: float) -> bool:
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
 
 
+def reference_variant(task: Any, ref: Any, heldout_fraction: float) -> SolutionVariant:
+    """``ref`` unmodified; held out with every reference of a held-out task, else by a hash of its name."""
+    heldout = task.split != "train" or _held_out(f"{task.task_id}/{ref.name}", heldout_fraction)
+    return SolutionVariant(task.task_id, ref.name, REFERENCE, ref.code, heldout, ref.position_score)
+
+
+def all_references(tasks: list[Any], heldout_fraction: float = 0.25) -> list[SolutionVariant]:
+    """Every reference solution of ``tasks``, unmodified (their outcomes are the leaderboard's runs)."""
+    return [reference_variant(task, ref, heldout_fraction) for task in tasks for ref in task.reference_solutions()]
+
+
 def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.25, seed: int = 0) -> list[SolutionVariant]:
     """For each task, ``per_task`` references spread over the leaderboard, each unmodified and with
     every mutation that applies. Deterministic in (tasks, per_task, heldout_fraction, seed)."""
@@ -133,9 +144,9 @@ def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.2
         picks = np.unique(np.linspace(0, len(refs) - 1, min(per_task, len(refs))).round().astype(int))
         for index in picks:
             ref = refs[int(index)]
-            code = ref.code
-            heldout = task.split != "train" or _held_out(f"{task.task_id}/{ref.name}", heldout_fraction)
-            out.append(SolutionVariant(task.task_id, ref.name, REFERENCE, code, heldout, ref.position_score))
+            unmodified = reference_variant(task, ref, heldout_fraction)
+            code, heldout = unmodified.code, unmodified.heldout
+            out.append(unmodified)
             task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
             rng = np.random.default_rng([seed, task_seed, int(index)])
             for kind in MUTATIONS:
