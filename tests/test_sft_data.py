@@ -172,6 +172,11 @@ def test_held_out_variants_and_too_long_examples_are_left_out(task):
     assert data.examples == []
     world_model_examples(tokenizer(), variants, ok, {task.task_id: "x"}, sim, CHECK_NAMES, "short", 2000, 50, data)
     assert data.examples == [] and data.skipped["world_model"] == len(variants) * 8
+    only = SFTData([])  # a quality-only variant (sft_all_references) gives the quality check's example alone
+    world_model_examples(tokenizer(), [replace(variants[0], quality_only=True)], ok, {task.task_id: "x"}, sim,
+                         CHECK_NAMES, "short", 2000, 100000, only)
+    assert only.counts["world_model"] == 1
+    assert "Predicted leaderboard position" in tokenizer().decode(list(only.examples[0].target_ids))
 
 
 def test_world_model_sft_leaves_out_what_the_pre_check_settles(task):
@@ -224,6 +229,7 @@ def test_all_references_add_every_trainable_leaderboard_solution_once_with_its_r
     unmodified = [v for v in every if v.kind == UNMODIFIED]
     assert sorted(v.reference for v in unmodified) == [f"r{i}" for i in range(8)]  # each once
     assert {v.reference: v.reference_score for v in unmodified} == {f"r{i}": i / 8 for i in range(8)}
+    assert all(v.quality_only for v in every if v not in few) and not any(v.quality_only for v in few)
     half = sft(heldout_fraction=0.5, sft_all_references=True)
     held_out = {ref.name for ref in task.reference_solutions() if reference_variant(task, ref, 0.5).heldout}
     assert held_out and not held_out & {v.reference for v in half}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wmrl.agent.chat import ChatTokens
@@ -29,6 +29,7 @@ from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
 from wmrl.sft.config import SFTRunConfig
 from wmrl.sft.example import SFTExample
 from wmrl.world_model.prompts import (
+    QUALITY,
     WorldModelContext,
     check_messages,
     get_checks,
@@ -113,7 +114,7 @@ def world_model_examples(tokenizer: Any, variants: Sequence[SolutionVariant], ou
     for variant in variants:
         if variant.heldout or variant.key not in outcomes:
             continue
-        for check in get_checks(list(checks)):
+        for check in get_checks([QUALITY] if variant.quality_only else list(checks)):
             messages = check_messages(system, check, overviews[variant.task_id], variant.code, max_overview_chars)
             answer = target_json(check.name, outcomes[variant.key], variant.reference_score, list(checks))
             _add(data, SFTExample(chat.first_prompt(messages), _ids(tokenizer, answer) + end, WORLD_MODEL),
@@ -139,10 +140,12 @@ def world_model_sft_variants(train: Sequence[Any], wm: Any, runtime: Any) -> lis
     variants = [v for v in make_variants(list(train), wm.sft_variants_per_task, wm.heldout_fraction, wm.seed)
                 if not v.heldout]
     if wm.sft_all_references:  # the leaderboard's really-run references, scored: nothing to execute
+        # Their quality check only: three passing answers more for each would teach "every check passes"
+        # (results/world_model/eval-all-references.md).
         seen = {v.key for v in variants}
         for reference in all_references(list(train), wm.heldout_fraction):
             if not reference.heldout and reference.key not in seen:
-                variants.append(reference)
+                variants.append(replace(reference, quality_only=True))
                 seen.add(reference.key)
     return left_to_the_world_model(variants, train, runtime) if wm.precheck else variants
 
@@ -170,7 +173,6 @@ def build_sft_data(cfg: SFTRunConfig, tokenizer: Any, max_tokens: int, progress:
     """Every SFT example for the run config ``cfg`` (a :class:`~wmrl.config.WMRLConfig`): the policy's
     on the training tasks, the world model's on the non-held-out variants (executed once, cached)."""
     import tempfile
-    from dataclasses import replace
     from pathlib import Path
 
     from wmrl.sandbox import limits_from_config, make_backend

@@ -55,6 +55,7 @@ class SolutionVariant:
     code: str
     heldout: bool
     reference_score: float  # the unmodified reference's real position score (its quality)
+    quality_only: bool = False  # SFT: only the quality check is trained on it (it runs; the rest pass)
 
     @property
     def key(self) -> str:
