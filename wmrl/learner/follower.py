@@ -126,6 +126,10 @@ def follow(cfg: LearnerConfig, place_generator: Callable[[Any, str], tuple[Any, 
     while True:
         ((call, args),) = broadcast_objects([None])
         if call == STOP:
+            # Released: nothing collective follows on this rank. Tearing the process group down here,
+            # not in the interpreter's exit, keeps gloo's threads from aborting the process (SIGABRT,
+            # "terminate called without an active exception", seen under load) while rank 0 still works.
+            torch.distributed.destroy_process_group()
             return calls
         if call == "weight_buckets" and generator is not None:
             generator.update_weights(learner.named_parameters(*args))
