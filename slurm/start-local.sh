@@ -85,7 +85,7 @@ FLUSH PRIVILEGES;
 SQL
 
 # --- Slurm configuration ------------------------------------------------------------------------
-for f in slurm.conf slurmdbd.conf; do
+for f in slurm.conf slurmdbd.conf gres.conf; do
     if [[ -f $WMRL_SLURM_ETC/$f ]] && ! grep -q 'wmrl development/CI cluster' "$WMRL_SLURM_ETC/$f"; then
         log "keeping the existing $WMRL_SLURM_ETC/$f as $f.before-wmrl"
         cp -n "$WMRL_SLURM_ETC/$f" "$WMRL_SLURM_ETC/$f.before-wmrl"

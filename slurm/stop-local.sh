@@ -18,7 +18,7 @@ stop_pidfile /run/munge/munged.pid munged
 if [[ ${1:-} == --purge ]]; then
     log "removing $WMRL_SLURM_STATE and the wmrl-rendered configuration in $WMRL_SLURM_ETC"
     rm -rf "$WMRL_SLURM_STATE"
-    for f in slurm.conf slurmdbd.conf; do
+    for f in slurm.conf slurmdbd.conf gres.conf; do
         if grep -qs 'wmrl development/CI cluster' "$WMRL_SLURM_ETC/$f"; then rm -f "$WMRL_SLURM_ETC/$f"; fi
     done
 fi
