@@ -141,7 +141,7 @@ def world_model_sft_variants(train: Sequence[Any], wm: Any, runtime: Any) -> lis
                 if not v.heldout]
     if wm.sft_all_references:  # the leaderboard's really-run references, scored: nothing to execute
         # Their quality check only: three passing answers more for each would teach "every check passes"
-        # (results/world_model/eval-all-references.md).
+        # (results/world_model/eval-all-references-quality-only.md).
         seen = {v.key for v in variants}
         for reference in all_references(list(train), wm.heldout_fraction):
             if not reference.heldout and reference.key not in seen:
