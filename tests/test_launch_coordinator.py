@@ -101,8 +101,20 @@ def test_restarted_coordinator_keeps_logging_into_the_same_mlflow_run(tmp_path):
     Coordinator(str(run.path))()
 
     assert (run.path / "mlflow_run_id").read_text() == first_id
-    steps = {step for step, _ in mlflow_history(run, f"sqlite:///{tmp_path}/mlflow.db", "executions")}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    steps = {step for step, _ in mlflow_history(run, uri, "executions")}
     assert steps == set(range(1, 7))  # every step of the one wmrl run, across the restart
+
+    # The run says what its hours count, and `wmrl compare` names its columns by it.
+    import torch
+
+    from wmrl.sweep.compare import compare, markdown
+    from wmrl.sweep.records import from_mlflow
+
+    (record,) = from_mlflow(uri, run_ids=[first_id.strip()], score_metric="executions", cost_metric="compute_hours")
+    unit = "GPU" if torch.cuda.is_available() else "CPU"
+    assert record.hours_unit == unit and record.gpu_hours > 0
+    assert f"| {unit}-hours | {unit}-h to target |" in markdown(compare([record]))
 
 
 def test_second_coordinator_refuses_while_the_first_runs(tmp_path):

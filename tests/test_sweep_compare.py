@@ -90,3 +90,18 @@ def test_a_trainer_runs_phases_come_from_its_measured_seconds():
     assert _phase_hours(trainer) == {"execution": 1.0, "update": 0.5}
     simulator = {"cost/execution_gpu_hours": 2.0, "seconds_update": 1800.0}
     assert _phase_hours(simulator) == {"execution": 2.0}  # the priced cost, when there is one
+
+
+def test_columns_name_the_unit_the_runs_measured_and_say_when_units_mix():
+    from dataclasses import replace
+
+    from wmrl.sweep.compare import csv_text
+
+    cpu = [replace(r, hours_unit="CPU") for r in REF]
+    text = markdown(compare(cpu))
+    assert "| CPU-hours | CPU-h to target |" in text and "grpo_real at equal CPU-h" in text
+    assert "GPU" not in text
+    assert csv_text(compare(cpu)).splitlines()[1].endswith(",CPU")
+    mixed = markdown(compare(cpu + [_rec("wmrl", 0, 0.3, [1, 2], [0.1, 0.3])]))  # a GPU run among CPU ones
+    assert "| compute-hours |" in mixed and "do not share one unit" in mixed
+    assert "| GPU-hours |" in markdown(compare(REF))  # the simulator's (modelled) GPU-hours

@@ -57,7 +57,7 @@ from wmrl.orchestration.slurm import (
 )
 from wmrl.progress import progress_display
 from wmrl.resources import peak_rss_mb
-from wmrl.tracking.run_tracker import RunTracker
+from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, RunTracker, compute_unit
 
 log = logging.getLogger(__name__)
 PROGRESS = "progress.json"
@@ -406,7 +406,7 @@ def open_tracker(cfg: WMRLConfig, run: RunDir) -> Iterator[RunTracker]:
     start (or when the store is first reachable), reattached after a requeue by the id saved in the
     run directory, so one wmrl run is one MLflow run however often it restarts."""
     tags = {"wmrl.run_dir": str(run.path), "wmrl.variant": cfg.algorithm.variant,
-            "wmrl.executor": cfg.launch.executor}
+            "wmrl.executor": cfg.launch.executor, COMPUTE_UNIT_TAG: compute_unit()}
     with RunTracker(cfg.tracking, run.path, cfg.run_name, params=to_flat_dict(cfg), tags=tags) as tracker:
         yield tracker
 

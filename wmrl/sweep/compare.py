@@ -1,7 +1,8 @@
 """``wmrl compare``: one row per setting (variant, anchor_frac, w_max), aggregated over seeds.
 
 Columns: final score (mean ± standard error over seeds), GPU-hours (mean; what they sum is in
-docs/sweeps.md), the speedup against ``grpo_real`` measured two ways (GPU-hours to reach the target
+docs/sweeps.md; CPU-hours for runs that ran on CPU, see :attr:`Comparison.unit`), the speedup against
+``grpo_real`` measured two ways (GPU-hours to reach the target
 score, and ``grpo_real``'s score at this setting's compute), and calibration health at the end (η̂², ρ,
 how many seeds' Assumption-6 audits warned). The cheapest setting whose mean score is within one
 standard error of the best mean is named below the table.
@@ -109,6 +110,12 @@ class Comparison:
     reference: Setting | None
     cheapest: Setting | None
     best: Setting | None
+    unit: str = "GPU"  # the runs' hours: "GPU", "CPU", or "compute" when they mix units (or do not say)
+
+
+def hours_unit(records: list[RunRecord]) -> str:
+    units = {r.hours_unit for r in records}
+    return units.pop() if len(units) == 1 else "compute"
 
 
 def compare(records: list[RunRecord], target: float | None = None) -> Comparison:
@@ -135,15 +142,14 @@ def compare(records: list[RunRecord], target: float | None = None) -> Comparison
     if best is not None:
         close = [s for s in scored if s.score >= best.score - best.score_se]
         cheapest = min(close, key=lambda s: s.gpu_hours)
-    return Comparison(settings, target, ref, cheapest, best)
+    return Comparison(settings, target, ref, cheapest, best, hours_unit(records))
 
 
 # --------------------------------------------------------------------------- table
 
-COLUMNS = (
-    "variant", "anchor_frac", "w_max", "seeds", "final score", "GPU-hours", "GPU-h to target",
-    "speedup to target", "grpo_real at equal GPU-h", "eta2 (end)", "rho (end)", "audit warned",
-)
+def columns(unit: str = "GPU") -> tuple[str, ...]:
+    return ("variant", "anchor_frac", "w_max", "seeds", "final score", f"{unit}-hours", f"{unit}-h to target",
+            "speedup to target", f"grpo_real at equal {unit}-h", "eta2 (end)", "rho (end)", "audit warned")
 
 
 def _f(value: float | None, fmt: str) -> str:
@@ -167,17 +173,21 @@ def rows(c: Comparison) -> list[list[str]]:
 
 
 def markdown(c: Comparison) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    header = columns(c.unit)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows(c)]
     lines.append("")
     if c.target is not None:
         lines.append(f"Target score {c.target:.4f}" + (
             f" ({REFERENCE}'s first logged score + {TARGET_FRACTION:.0%} of its gain)" if c.reference else ""
-        ) + "; speedup = grpo_real's GPU-hours to the target / the setting's.")
+        ) + f"; speedup = grpo_real's {c.unit}-hours to the target / the setting's.")
     if c.best is not None and c.cheapest is not None:
         lines.append(f"Best mean score: {c.best.label} ({_score_text(c.best)}).")
         lines.append(f"Cheapest within one standard error of the best: **{c.cheapest.label}** "
-                     f"({_score_text(c.cheapest)}, {c.cheapest.gpu_hours:.1f} GPU-hours).")
+                     f"({_score_text(c.cheapest)}, {c.cheapest.gpu_hours:.1f} {c.unit}-hours).")
+    if c.unit == "compute":
+        lines.append("The runs do not share one unit (GPU-hours, CPU-hours, or runs logged before wmrl tagged "
+                     "the unit): their hours are compared as they were measured.")
     return "\n".join(lines) + "\n"
 
 
@@ -187,10 +197,11 @@ def csv_text(c: Comparison) -> str:
     phases = sorted({p for s in c.settings for p in s.phase_hours})
     writer.writerow(["variant", "anchor_frac", "w_max", "seeds", "final_score", "final_score_se", "gpu_hours",
                      *(f"gpu_hours_{p}" for p in phases), "gpu_hours_to_target", "speedup_to_target",
-                     "grpo_real_score_at_equal_gpu_hours", "eta2_end", "rho_end", "audit_warned"])
+                     "grpo_real_score_at_equal_gpu_hours", "eta2_end", "rho_end", "audit_warned",
+                     "hours_unit"])
     for s in c.settings:
         values: list[Any] = [s.variant, s.anchor_frac, s.w_max, len(s.runs), s.score, s.score_se, s.gpu_hours,
                              *(s.phase_hours.get(p, 0.0) for p in phases), s.hours_to_target,
-                             s.speedup_to_target, s.ref_score_at_compute, s.eta2, s.rho, s.audits]
+                             s.speedup_to_target, s.ref_score_at_compute, s.eta2, s.rho, s.audits, c.unit]
         writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in values])
     return buf.getvalue()

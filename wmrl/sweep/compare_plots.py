@@ -28,8 +28,8 @@ def plot_score_vs_gpu_hours(c: Comparison, path: Path) -> None:
     if c.target is not None:
         ax.axhline(c.target, color="grey", ls=":", lw=1, label=f"target {c.target:.3f}")
     ax.set_xscale("log")
-    ax.set(xlabel="GPU-hours (log scale)", ylabel="score",
-           title="final score (mean ± SE over seeds) vs GPU-hours; lines: each variant's best setting")
+    ax.set(xlabel=f"{c.unit}-hours (log scale)", ylabel="score",
+           title=f"final score (mean ± SE over seeds) vs {c.unit}-hours; lines: each variant's best setting")
     ax.legend(fontsize=7, loc="lower right")
     save_png(fig, path)
 
@@ -54,7 +54,7 @@ def plot_heatmaps(c: Comparison, directory: Path) -> list[Path]:
             continue
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         for ax, (value, title, cmap) in zip(axes, (("score", "final score (mean over seeds)", "viridis"),
-                                                    ("gpu_hours", "GPU-hours (mean over seeds)", "magma_r"))):
+                                                    ("gpu_hours", f"{c.unit}-hours (mean over seeds)", "magma_r"))):
             fracs, wmaxes, grid = _grid(mine, value)
             im = ax.imshow(grid, origin="lower", cmap=cmap, aspect="auto")
             for (row, col), v in np.ndenumerate(grid):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import atomic_write_text, read_json
+from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG
 
 RECORDS = "records.jsonl"
 # The score and cost curves: (score metric, GPU-hours metric) as `wmrl simulate` / a sweep logs them.
@@ -35,6 +36,7 @@ class RunRecord:
     curve_hours: list[float] = field(default_factory=list)
     curve_score: list[float] = field(default_factory=list)
     run_id: str | None = None
+    hours_unit: str = "GPU"  # what gpu_hours, phase_hours and curve_hours count: "GPU", "CPU" or "compute"
 
     @property
     def setting(self) -> tuple[str, float, float]:
@@ -167,6 +169,7 @@ def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRe
     curve_hours, curve_score = score_curve(score_at, hours_at)
     score, hours = [v for _, v in score_at], [v for _, v in hours_at]
     warned = metrics.get("final/audit_warned")
+    simulated = "final/gpu_hours" in metrics
     return RunRecord(
         name=run.info.run_name or run.info.run_id, variant=params["algorithm.variant"],
         seed=int(params["algorithm.seed"]), anchor_frac=float(params.get("algorithm.anchor_frac", "nan")),
@@ -178,4 +181,5 @@ def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRe
         audit_warned=None if warned is None else bool(warned),
         phase_hours=_phase_hours(metrics),
         curve_hours=curve_hours, curve_score=curve_score, run_id=run.info.run_id,
+        hours_unit="GPU" if simulated else run.data.tags.get(COMPUTE_UNIT_TAG, "compute"),
     )

@@ -32,6 +32,15 @@ log = logging.getLogger(__name__)
 MLFLOW_RUN_ID = "mlflow_run_id"
 SYNC_TIMEOUT_S = 60
 METRICS_PER_REQUEST = 1000  # MLflow's limit on the metrics of one log_batch
+# What a run's compute_hours count, for `wmrl compare`'s column names: "GPU" where the coordinator
+# holds CUDA devices (each phase then holds its accelerator), "CPU" on a machine without one.
+COMPUTE_UNIT_TAG = "wmrl.compute_unit"
+
+
+def compute_unit() -> str:
+    import torch
+
+    return "GPU" if torch.cuda.is_available() else "CPU"
 
 
 def configure_mlflow_http(cfg: TrackingConfig) -> None:
