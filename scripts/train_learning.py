@@ -10,6 +10,12 @@ The report (``results/train/learning.{md,json}``) gives per variant and split: m
 over seeds of those per-seed means, of the per-seed gain (after - before) and the gain in standard
 errors; the trajectories each variant executed during training (``progress.json``), and their ratio
 to ``grpo_real``'s; and each run's wall time.
+
+Compute: each run's CPU-hours (``compute_hours``, the measured seconds of every phase; the tiny default
+runs on CPU), and per variant, on its seed-mean curve of training-task score against CPU-hours (one
+point per evaluation, paired with the hours logged at its step, as ``wmrl compare`` pairs them): the
+CPU-hours at which it first reaches ``grpo_real``'s final score, and ``grpo_real``'s score at the
+variant's CPU-hours (linear between evaluations).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 import yaml
 
 from wmrl.simulate.report import mean_se, mean_se_text
+from wmrl.sweep.compare import first_crossing, score_at
+from wmrl.sweep.records import score_curve
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = "grpo_real"
@@ -71,6 +79,45 @@ def wall_minutes(run: Path) -> float:
             end = max(end, max(stamps))
         total += max(0.0, end - start["started_at"])
     return total / 60
+
+
+def cost_curve(run: Path) -> tuple[float, list[float], list[float]]:
+    """(final CPU-hours, curve hours, curve score): the training-task score at each evaluation against
+    the compute hours the run had spent by that step."""
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    cost = sorted({m["step"]: m["compute_hours"] for m in metrics}.items())
+    evals = sorted({e["step"]: e["sample_mean"] for (_, split), e in read_evals(run).items() if split == "train"}.items())
+    hours, score = score_curve(evals, cost)
+    return cost[-1][1], hours, score
+
+
+def compute_table(runs: dict[str, list[Path]]) -> tuple[list[dict], list[str]]:
+    """Per variant: CPU-hours, its ratio to grpo_real's, CPU-hours to grpo_real's final score, and
+    grpo_real's score at the variant's CPU-hours (on the seed-mean curves)."""
+    curves = {}
+    for variant, rs in runs.items():
+        per_run = [cost_curve(r) for r in rs]
+        n = min(len(h) for _, h, _ in per_run)
+        curves[variant] = ([t for t, _, _ in per_run], np.mean([h[:n] for _, h, _ in per_run], axis=0),
+                           np.mean([c[:n] for _, _, c in per_run], axis=0))
+    ref = curves.get(REFERENCE)
+    ref_final = float(ref[2][-1]) if ref is not None else float("nan")
+    rows, lines = [], [(f"| variant | seeds | CPU-hours (mean ± s.e.) | vs {REFERENCE} | final score (seed mean) | "
+                        f"CPU-hours to {REFERENCE}'s final score | {REFERENCE}'s score at these CPU-hours |"),
+                       "|---|---|---|---|---|---|---|"]
+    for variant, (totals, hours, score) in curves.items():
+        total, total_se = mean_se(totals)
+        ratio = total / float(np.mean(ref[0])) if ref is not None else float("nan")
+        to_ref = first_crossing(hours, score, ref_final) if ref is not None else None
+        ref_at = score_at(ref[1], ref[2], total) if ref is not None else float("nan")
+        rows.append({"variant": variant, "cpu_hours": totals, "cpu_hours_vs_grpo_real": ratio,
+                     "final_score": float(score[-1]), "cpu_hours_to_grpo_real_final": to_ref,
+                     "grpo_real_score_at_cpu_hours": ref_at})
+        reach = "-" if ref is None else ("not reached" if to_ref is None else f"{to_ref:.3f}")
+        lines.append(f"| {variant} | {len(totals)} | {mean_se_text(total, total_se, len(totals))} | "
+                     f"{'-' if math.isnan(ratio) else f'{ratio:.1%}'} | {score[-1]:.4f} | {reach} | "
+                     f"{'-' if math.isnan(ref_at) else f'{ref_at:.4f}'} |")
+    return rows, lines
 
 
 def world_model_in_run(run: Path) -> dict | None:
@@ -150,8 +197,9 @@ def main() -> int:
             table.append(f"| {variant} | {split} | {n} | {mean_se_text(b, bse, n)} | {mean_se_text(a, ase, n)} | "
                          f"{gain} | {np.mean(executed[variant]):.0f} "
                          f"({f'{ratio:.1%} of {REFERENCE}' if math.isfinite(ratio) else f'no {REFERENCE} run'}) |")
+    compute_rows, compute_lines = compute_table(runs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "learning.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "learning.json").write_text(json.dumps({"scores": rows, "compute": compute_rows}, indent=1) + "\n")
     header = [("| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
                "in training |"), "|---|---|---|---|---|---|---|"]
     walls = "; ".join(f"{r['variant']}: {', '.join(map(str, r['wall_minutes']))} min" for r in rows
@@ -163,6 +211,10 @@ def main() -> int:
         f"Runs: `wmrl sweep sweeps/tiny_train.yaml --max-parallel 2`; report: "
         f"`python scripts/train_learning.py {shlex.join(sys.argv[1:])}`.\n\n" + "\n".join(header + table) +
         f"\n\nWall time per run (one torch thread each, 2 cores): {walls}. {args.note}\n"
+        "\n## Compute\n\nCPU-hours = the measured seconds of every phase of the run (generation, world model, "
+        "execution, update, ...) / 3600; the curves pair each evaluation's training-task score with the "
+        "CPU-hours spent by its step, and are averaged over seeds point by point.\n\n" + "\n".join(compute_lines) +
+        "\n"
         "\n## The world model in these runs\n\nCumulative over the run (last step). Anchor pairs: the "
         "trajectories both predicted by the world model and executed.\n\n" + "\n".join(world_model_table(runs)) + "\n")
     print("\n".join(header + table))

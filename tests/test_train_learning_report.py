@@ -1,0 +1,54 @@
+"""scripts/train_learning.py's compute table: CPU-hours per variant, to grpo_real's final score, and
+grpo_real's score at a variant's CPU-hours, read from the run directories a `wmrl train` sweep writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_learning.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("train_learning", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(root: Path, name: str, hours_per_step: float, scores: dict[int, float]) -> Path:
+    """A run of 4 steps spending ``hours_per_step``, evaluated (train split) at the steps of ``scores``."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "compute_hours": hours_per_step * step}) + "\n" for step in range(1, 5)))
+    (run / "evals.jsonl").write_text("".join(
+        json.dumps({"label": f"at{step}", "split": "train", "step": step, "sample_mean": value}) + "\n"
+        for step, value in scores.items()))
+    return run
+
+
+def test_compute_table_reads_hours_to_grpo_reals_final_score_and_its_score_at_equal_hours(tmp_path: Path):
+    tl = _script()
+    runs = {"grpo_real": [_run(tmp_path, f"g{s}", 0.5, {0: 0.2, 2: 0.5, 4: 0.8}) for s in range(2)],
+            "wmrl": [_run(tmp_path, "w0", 0.1, {0: 0.2, 4: 0.6}), _run(tmp_path, "w1", 0.2, {0: 0.2, 4: 1.0})]}
+    rows, lines = tl.compute_table(runs)
+    ref, wmrl = rows
+    assert ref["cpu_hours"] == [2.0, 2.0] and ref["cpu_hours_vs_grpo_real"] == pytest.approx(1.0)
+    assert wmrl["cpu_hours"] == pytest.approx([0.4, 0.8]) and wmrl["cpu_hours_vs_grpo_real"] == pytest.approx(0.3)
+    # wmrl's seed-mean curve: (0, 0.2) -> (0.6, 0.8): it reaches grpo_real's final 0.8 at 0.6 CPU-hours
+    assert wmrl["final_score"] == pytest.approx(0.8)
+    assert wmrl["cpu_hours_to_grpo_real_final"] == pytest.approx(0.6)
+    # grpo_real's curve (0, 0.2) -> (1, 0.5) -> (2, 0.8), read at wmrl's 0.6 CPU-hours
+    assert wmrl["grpo_real_score_at_cpu_hours"] == pytest.approx(0.2 + 0.3 * 0.6)
+    assert lines[0].startswith("| variant | seeds | CPU-hours") and "| 30.0% |" in lines[3]
+
+
+def test_a_variant_that_never_reaches_grpo_reals_final_score_says_so(tmp_path: Path):
+    tl = _script()
+    runs = {"grpo_real": [_run(tmp_path, "g", 0.5, {0: 0.2, 4: 0.8})], "wmrl": [_run(tmp_path, "w", 0.1, {0: 0.2, 4: 0.5})]}
+    rows, lines = tl.compute_table(runs)
+    assert rows[1]["cpu_hours_to_grpo_real_final"] is None and "not reached" in lines[3]
