@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import shutil
+
 import pytest
 import torch
 from models_support import build_tiny, chat_examples
@@ -226,3 +228,30 @@ def test_train_relaunch_of_a_pinned_run_does_not_build_the_default(tmp_path, mon
     assert train.run(args) == 0
     assert len(launched) == 1 and launched[0].resume and "run_name=mine" in launched[0].overrides
     assert f"pinned in {run_dir / 'initial_policy.json'}" in capsys.readouterr().out
+
+
+def test_the_default_is_resolved_once_per_process_per_sft_config(tmp_path, monkeypatch):
+    """`wmrl train` resolves the default, then its local coordinator pins it in the same process: the
+    second resolve must not render every SFT example again (it did, and printed its lines twice); a
+    config the SFT reads differently, or a build that is gone, resolves again."""
+    import wmrl.sft.pipeline
+    from wmrl.config import load_config
+
+    built: list[Path] = []
+
+    def build(cfg, progress=True, log=print):
+        out = tmp_path / f"sft-{len(built)}"
+        out.mkdir()
+        (out / MARKER).write_text("{}")
+        built.append(out)
+        return out, True
+
+    monkeypatch.setattr(wmrl.sft.pipeline, "sft_default_model", build)
+    monkeypatch.setattr(wmrl.sft.pipeline, "_RESOLVED", {})
+    resolve = wmrl.sft.pipeline.initial_policy_path
+    first = resolve(load_config(None, ["run_name=a"]))
+    assert resolve(load_config(None, ["run_name=b", "train.steps=3"])) == first  # nothing the SFT reads
+    assert len(built) == 1
+    assert resolve(load_config(None, ["sft.epochs=2"])) != first
+    shutil.rmtree(first)
+    assert resolve(load_config(None, ["run_name=a"])) not in (first, built[1]) and len(built) == 3

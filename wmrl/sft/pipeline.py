@@ -8,6 +8,7 @@ the world model is a frozen copy of it (paper: the initial policy's backbone).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -36,13 +37,30 @@ def sft_default_model(cfg: SFTRunConfig, base: Path | None = None, progress: boo
     return run_sft(base, data.examples, cfg.sft, cache_dir=cfg.model.cache_dir, progress=progress)
 
 
+# The sections of a run config the tiny default's SFT reads (SFTRunConfig).
+SFT_SECTIONS = ("model", "tasks", "sandbox", "agent", "world_model", "sft")
+# The tiny default resolved in this process, by those sections: `wmrl train` resolves it (with progress)
+# before the local coordinator, in the same process, pins it; resolving it again probed the sandbox and
+# rendered every SFT example only to find the cached SFT, and printed its lines twice.
+_RESOLVED: dict[str, Path] = {}
+
+
 def initial_policy_path(cfg: SFTRunConfig, progress: bool = True, log: Any = print) -> Path:
     """``model.path`` if set, else the tiny default after SFT (built on first use)."""
+    import dataclasses
+
+    from wmrl.models.cache import MARKER
     from wmrl.models.loading import model_dir
 
     if cfg.model.path:
         return model_dir(cfg.model.path)
-    return sft_default_model(cfg, progress=progress, log=log)[0]
+    key = json.dumps({name: dataclasses.asdict(getattr(cfg, name)) for name in SFT_SECTIONS}, sort_keys=True,
+                     default=str)
+    known = _RESOLVED.get(key)
+    if known is not None and (known / MARKER).is_file():
+        return known
+    _RESOLVED[key] = path = sft_default_model(cfg, progress=progress, log=log)[0]
+    return path
 
 
 INITIAL_POLICY = "initial_policy.json"
