@@ -44,7 +44,8 @@ def start_worker(run: RunDir, *extra: str) -> subprocess.Popen[bytes]:
                              PYTHON_WORK, *extra])
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    # Generous: a worker process starting on a loaded 2-core CI machine took most of the old 20 s.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
@@ -116,8 +117,8 @@ def test_sigterm_releases_the_claim_back_to_the_queue(tmp_path: Path) -> None:
     wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
     started = time.monotonic()
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=20) == 0
-    assert time.monotonic() - started < 10
+    assert worker.wait(timeout=60) == 0
+    assert time.monotonic() - started < 30  # promptly: the solution would sleep 60 s
     assert os.listdir(run.claims) == [] and result_files(run) == []
     claim = Spool(run).claim_next("next")
     assert claim is not None and claim.attempt == 0  # preemption does not count as an attempt
@@ -130,7 +131,7 @@ def test_worker_exits_when_the_run_ends(tmp_path: Path) -> None:
     worker = start_worker(run)
     wait_for(lambda: list(run.workers.glob("*.json")))
     run.mark_ended("training finished")
-    assert worker.wait(timeout=20) == 0
+    assert worker.wait(timeout=60) == 0
     beat = read_json(next(run.workers.glob("*.json")))
     assert "training finished" in beat["exit_reason"]
 
@@ -139,7 +140,7 @@ def test_worker_exits_after_the_idle_timeout(tmp_path: Path) -> None:
     run, _ = make_run(tmp_path)
     started = time.monotonic()
     worker = start_worker(run, "--idle-timeout", "1")
-    assert worker.wait(timeout=20) == 0
+    assert worker.wait(timeout=60) == 0
     assert time.monotonic() - started >= 1.0
     assert "idle" in read_json(next(run.workers.glob("*.json")))["exit_reason"]
 
@@ -156,7 +157,7 @@ def test_cancelled_request_in_progress_publishes_no_result(tmp_path: Path) -> No
         wait_for(lambda: not os.listdir(run.claims))
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=20)
+        worker.wait(timeout=60)
     assert result_files(run) == []
 
 
