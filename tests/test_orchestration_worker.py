@@ -91,10 +91,12 @@ def test_worker_killed_mid_execution_loses_its_lease_and_the_request_runs_once_m
     service = SpoolExecutionService(run, launch)
     service.submit([req])
     first = start_worker(run)
-    claim = wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
-    time.sleep(0.3)  # mid-execution
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    try:
+        claim = wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
+        time.sleep(0.3)  # mid-execution
+    finally:  # a failed wait must not leave the worker behind
+        first.send_signal(signal.SIGKILL)
+        first.wait()
     second = start_worker(run, "--idle-timeout", "5")
     try:
         done = service.wait([req.request_id], timeout_s=30)
