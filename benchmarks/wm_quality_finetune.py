@@ -63,6 +63,27 @@ def code_regression(train: list[Any], heldout: list[Any]) -> dict[str, float]:
     return correlations(pred, np.array([v.reference_score for v in heldout]))
 
 
+def nearest_reference(train: list[Any], heldout: list[Any]) -> dict[str, Any]:
+    """The real score of the most similar training reference of the same task (TF-IDF cosine): what a
+    world model that is shown its task's nearest executed solutions could copy. Held-out tasks have
+    none, so this covers the held-out references of the training tasks only."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.neighbors import NearestNeighbors
+
+    vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", sublinear_tf=True)
+    vectorizer.fit([v.code for v in train])
+    pred, real = [], []
+    for v in heldout:
+        same_task = [u for u in train if u.task_id == v.task_id]
+        if not same_task:
+            continue
+        index = NearestNeighbors(n_neighbors=1, metric="cosine").fit(vectorizer.transform([u.code for u in same_task]))
+        nearest = int(index.kneighbors(vectorizer.transform([v.code]))[1][0][0])
+        pred.append(same_task[nearest].reference_score)
+        real.append(v.reference_score)
+    return correlations(np.array(pred), np.array(real))
+
+
 class QualityReader:
     """The quality answer's score read from the model: log P(answer with v | prompt) for v in GRID."""
 
@@ -144,8 +165,10 @@ def main() -> None:
     report: dict[str, Any] = {"model": str(model_dir), "train_references": len(train),
                               "heldout_references": len(heldout), "epochs": args.epochs, "lr": args.lr,
                               "batch": args.batch, "host": platform.node(),
-                              "code_regression_heldout": code_regression(train, heldout), "probes": []}
-    print(f"TF-IDF + ridge on held-out references: {report['code_regression_heldout']}", flush=True)
+                              "code_regression_heldout": code_regression(train, heldout),
+                              "nearest_reference_heldout": nearest_reference(train, heldout), "probes": []}
+    print(f"TF-IDF + ridge on held-out references: {report['code_regression_heldout']}; the nearest training "
+          f"reference's score: {report['nearest_reference_heldout']}", flush=True)
 
     rng = np.random.default_rng(0)
     samples = {name: [group[i] for i in sorted(rng.choice(len(group), min(args.probe_n, len(group)), replace=False))]
@@ -218,7 +241,11 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"The information is in the code: TF-IDF of identifiers and numbers + ridge, fitted on the same "
         f"training references, on all held-out ones: Pearson {reg['pearson']:.3f}, Spearman {reg['spearman']:.3f} "
-        f"(n={reg['n']}).",
+        f"(n={reg['n']})."
+        + ("" if "nearest_reference_heldout" not in report else
+           " The real score of the most similar training reference of the same task (TF-IDF cosine; held-out "
+           f"references of the training tasks only): Spearman {report['nearest_reference_heldout']['spearman']:.3f}, "
+           f"Pearson {report['nearest_reference_heldout']['pearson']:.3f} (n={report['nearest_reference_heldout']['n']})."),
         "",
         "| epoch | loss | held-out Spearman (expected value) | held-out Pearson (expected value) | "
         "spread of the expected value (std) | held-out Spearman (most probable value) [distinct] | "
