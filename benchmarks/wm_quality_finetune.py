@@ -46,9 +46,9 @@ GRID = [round(i / 100, 2) for i in range(101)]
 
 def correlations(pred: np.ndarray, real: np.ndarray) -> dict[str, Any]:
     constant = float(np.std(pred)) == 0.0  # one value for every reference: no correlation (None)
-    return {"n": int(len(real)), "pearson": None if constant else float(stats.pearsonr(pred, real)[0]),
+    return {"n": len(real), "pearson": None if constant else float(stats.pearsonr(pred, real)[0]),
             "spearman": None if constant else float(stats.spearmanr(pred, real)[0]),
-            "std": float(np.std(pred)), "distinct": int(len(set(np.round(pred, 4))))}
+            "std": float(np.std(pred)), "distinct": len(set(np.round(pred, 4)))}
 
 
 def code_regression(train: list[Any], heldout: list[Any]) -> dict[str, float]:
@@ -234,10 +234,10 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         "# Does the tiny world model learn to rank? (quality check, references of known score)",
         "",
-        f"Model: `{report['model']}` trained further on the quality answers of the {report['train_references']} "
+        (f"Model: `{report['model']}` trained further on the quality answers of the {report['train_references']} "
         f"non-held-out references of the training tasks, {report['epochs']} epochs, AdamW lr {report['lr']}, "
         f"batch {report['batch']}; probed on a fixed sample of the {report['heldout_references']} held-out "
-        f"references and of the training ones. {report.get('minutes', '?')} min on `{report['host']}`.",
+        f"references and of the training ones. {report.get('minutes', '?')} min on `{report['host']}`."),
         "",
         f"The information is in the code: TF-IDF of identifiers and numbers + ridge, fitted on the same "
         f"training references, on all held-out ones: Pearson {reg['pearson']:.3f}, Spearman {reg['spearman']:.3f} "
@@ -247,9 +247,9 @@ def render(report: dict[str, Any]) -> str:
            f"references of the training tasks only): Spearman {report['nearest_reference_heldout']['spearman']:.3f}, "
            f"Pearson {report['nearest_reference_heldout']['pearson']:.3f} (n={report['nearest_reference_heldout']['n']})."),
         "",
-        "| epoch | loss | held-out Spearman (expected value) | held-out Pearson (expected value) | "
+        ("| epoch | loss | held-out Spearman (expected value) | held-out Pearson (expected value) | "
         "spread of the expected value (std) | held-out Spearman (most probable value) [distinct] | "
-        "training Spearman (expected value) |",
+        "training Spearman (expected value) |"),
         "|---|---|---|---|---|---|---|",
     ]
     for row in report["probes"]:

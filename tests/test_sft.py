@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
-
-import shutil
 
 import pytest
 import torch
