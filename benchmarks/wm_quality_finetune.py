@@ -63,25 +63,40 @@ def code_regression(train: list[Any], heldout: list[Any]) -> dict[str, float]:
     return correlations(pred, np.array([v.reference_score for v in heldout]))
 
 
-def nearest_reference(train: list[Any], heldout: list[Any]) -> dict[str, Any]:
-    """The real score of the most similar training reference of the same task (TF-IDF cosine): what a
-    world model that is shown its task's nearest executed solutions could copy. Held-out tasks have
-    none, so this covers the held-out references of the training tasks only."""
+def nearest_executed(train: list[Any], queries: list[Any]) -> dict[str, tuple[float, float] | None]:
+    """For each query, the real score and TF-IDF cosine similarity of the most similar training reference
+    of its task (never itself); None where its task has none (held-out tasks)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.neighbors import NearestNeighbors
 
     vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", sublinear_tf=True)
     vectorizer.fit([v.code for v in train])
-    pred, real = [], []
-    for v in heldout:
-        same_task = [u for u in train if u.task_id == v.task_id]
+    out: dict[str, tuple[float, float] | None] = {}
+    for v in queries:
+        same_task = [u for u in train if u.task_id == v.task_id and u.key != v.key]
         if not same_task:
+            out[v.key] = None
             continue
         index = NearestNeighbors(n_neighbors=1, metric="cosine").fit(vectorizer.transform([u.code for u in same_task]))
-        nearest = int(index.kneighbors(vectorizer.transform([v.code]))[1][0][0])
-        pred.append(same_task[nearest].reference_score)
-        real.append(v.reference_score)
-    return correlations(np.array(pred), np.array(real))
+        distance, nearest = index.kneighbors(vectorizer.transform([v.code]))
+        out[v.key] = (same_task[int(nearest[0][0])].reference_score, 1.0 - float(distance[0][0]))
+    return out
+
+
+def nearest_reference(train: list[Any], heldout: list[Any]) -> dict[str, Any]:
+    """The real score of the most similar training reference of the same task: what a world model shown
+    its task's nearest executed solution could copy (held-out references of the training tasks only)."""
+    nearest = nearest_executed(train, heldout)
+    pairs = [(nearest[v.key][0], v.reference_score) for v in heldout if nearest[v.key] is not None]
+    return correlations(np.array([p for p, _ in pairs]), np.array([r for _, r in pairs]))
+
+
+def known_result(found: tuple[float, float] | None) -> str:
+    """The line --nearest adds to the task overview."""
+    if found is None:
+        return "\n\nKNOWN RESULT: no solution of this task has been executed yet."
+    return (f"\n\nKNOWN RESULT: the most similar solution already executed for this task scored Position "
+            f"Score {found[0]:.2f} (code similarity {found[1]:.2f}).")
 
 
 class QualityReader:
@@ -140,6 +155,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--probe-every", type=int, default=2)
     ap.add_argument("--probe-n", type=int, default=120, help="references read per split at each probe")
+    ap.add_argument("--nearest", action="store_true",
+                    help="show each prompt the real score of its task's most similar training reference (never "
+                         "itself), and probe the held-out references of the training tasks only")
     ap.add_argument("--out", default=str(OUT / "quality_finetune"))
     args = ap.parse_args()
 
@@ -159,11 +177,16 @@ def main() -> None:
     train = [v for v in references if not v.heldout]
     heldout = [v for v in references if v.heldout]
 
+    nearest = nearest_executed(train, references) if args.nearest else {}
+    if args.nearest:  # only a task with executed solutions has a result to show
+        heldout = [v for v in heldout if nearest[v.key] is not None]
+
     def prompt(v: Any) -> list[int]:
-        return chat.first_prompt(check_messages(system, quality, overviews[v.task_id], v.code, wm.max_overview_chars))
+        overview = overviews[v.task_id] + (known_result(nearest[v.key]) if args.nearest else "")
+        return chat.first_prompt(check_messages(system, quality, overview, v.code, wm.max_overview_chars))
 
     report: dict[str, Any] = {"model": str(model_dir), "train_references": len(train),
-                              "heldout_references": len(heldout), "epochs": args.epochs, "lr": args.lr,
+                              "heldout_references": len(heldout), "nearest": args.nearest, "epochs": args.epochs, "lr": args.lr,
                               "batch": args.batch, "host": platform.node(),
                               "code_regression_heldout": code_regression(train, heldout),
                               "nearest_reference_heldout": nearest_reference(train, heldout), "probes": []}
@@ -239,8 +262,13 @@ def render(report: dict[str, Any]) -> str:
         f"batch {report['batch']}; probed on a fixed sample of the {report['heldout_references']} held-out "
         f"references and of the training ones. {report.get('minutes', '?')} min on `{report['host']}`."),
         "",
+        *([] if not report.get("nearest") else [
+            ("With `--nearest`: each prompt's task overview ends with the real Position Score of the most similar "
+             "training reference of its task (never itself) and their code similarity, and the held-out "
+             "references probed are those of the training tasks (a held-out task has no executed solution)."),
+            ""]),
         f"The information is in the code: TF-IDF of identifiers and numbers + ridge, fitted on the same "
-        f"training references, on all held-out ones: Pearson {reg['pearson']:.3f}, Spearman {reg['spearman']:.3f} "
+        f"training references, on the held-out ones: Pearson {reg['pearson']:.3f}, Spearman {reg['spearman']:.3f} "
         f"(n={reg['n']})."
         + ("" if "nearest_reference_heldout" not in report else
            " The real score of the most similar training reference of the same task (TF-IDF cosine; held-out "
@@ -258,8 +286,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| {row['epoch']} | {loss} | {fmt(h['expected']['spearman'])} | {fmt(h['expected']['pearson'])} | "
                      f"{h['expected']['std']:.3f} | {fmt(h['most_probable']['spearman'])} "
                      f"[{h['most_probable']['distinct']}] | {fmt(t['expected']['spearman'])} |")
-    lines += ["", "Command: `python benchmarks/wm_quality_finetune.py " + " ".join(
-        f"--{k} {report[k]}" for k in ("epochs", "lr")) + "`", ""]
+    flags = " ".join(f"--{k} {report[k]}" for k in ("epochs", "lr")) + (" --nearest" if report.get("nearest") else "")
+    lines += ["", f"Command: `python benchmarks/wm_quality_finetune.py {flags}`", ""]
     return "\n".join(lines)
 
 
