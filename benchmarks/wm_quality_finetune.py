@@ -51,12 +51,18 @@ def correlations(pred: np.ndarray, real: np.ndarray) -> dict[str, Any]:
             "std": float(np.std(pred)), "distinct": len(set(np.round(pred, 4)))}
 
 
+def code_vectorizer() -> Any:
+    """TF-IDF over a program's identifiers and numbers."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    return TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", sublinear_tf=True)
+
+
 def code_regression(train: list[Any], heldout: list[Any]) -> dict[str, float]:
     """TF-IDF of identifiers and numbers + ridge: the ranking information the code carries."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import Ridge
 
-    vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", sublinear_tf=True)
+    vectorizer = code_vectorizer()
     x_train = vectorizer.fit_transform([f"{v.task_id} {v.code}" for v in train])
     ridge = Ridge(alpha=1.0).fit(x_train, [v.reference_score for v in train])
     pred = ridge.predict(vectorizer.transform([f"{v.task_id} {v.code}" for v in heldout]))
@@ -66,10 +72,9 @@ def code_regression(train: list[Any], heldout: list[Any]) -> dict[str, float]:
 def nearest_executed(train: list[Any], queries: list[Any]) -> dict[str, tuple[float, float] | None]:
     """For each query, the real score and TF-IDF cosine similarity of the most similar training reference
     of its task (never itself); None where its task has none (held-out tasks)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.neighbors import NearestNeighbors
 
-    vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", sublinear_tf=True)
+    vectorizer = code_vectorizer()
     vectorizer.fit([v.code for v in train])
     out: dict[str, tuple[float, float] | None] = {}
     for v in queries:
