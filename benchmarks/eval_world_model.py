@@ -39,9 +39,11 @@ from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.rollout import Submission
 from wmrl.sandbox import limits_from_config, make_backend
 from wmrl.sandbox.probe import probe_runtime
+from wmrl.sft.data import memory_examples
 from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 from wmrl.world_model.backends import InProcessBackend
 from wmrl.world_model.env import TaskCase, WorldModelEnvironment
+from wmrl.world_model.memory import ExecutedMemory
 from wmrl.world_model.precheck import PreCheck
 from wmrl.world_model.variants import make_variants, real_outcomes
 
@@ -144,7 +146,7 @@ def table(report: dict) -> str:
             f"| {name} | {m['submissions']} | {_f(p['r'], 3)} [{_f(p['ci95'][0])}, {_f(p['ci95'][1])}] | {_f(s['r'], 3)} "
             f"| {_f(running['r'], 3)} [{running['n']}] "
             f"| {m['pass_fail_accuracy']['rate']:.3f} ± {m['pass_fail_accuracy']['se']:.3f} "
-            f"| {m['parse_fallback']['rate']:.3f} | {m['parse_repaired']['rate']:.3f} "
+            f"| {_f(m['parse_fallback']['rate'], 3)} | {_f(m['parse_repaired']['rate'], 3)} "
             f"| {m['calls_per_s']:.2f} | {m['submissions_per_s']:.3f} |")
     lines += ["", "± = standard error (binomial); CI by Fisher's z. Command: `" + report["command"] + "`", ""]
     return "\n".join(lines)
@@ -156,6 +158,9 @@ def main() -> int:
     parser.add_argument("--config", default=None, help="run config (default: wmrl train's tiny.yaml)")
     parser.add_argument("--limit", type=int, default=0, help="score at most this many held-out variants")
     parser.add_argument("--batch", type=int, default=8, help="submissions per world-model batch")
+    parser.add_argument("--memory", action="store_true",
+                        help="also score the world model with the executed-solution memory answering the quality "
+                             "check (world_model.memory), and the memory alone")
     parser.add_argument("--note", default="", help="a line for the report (e.g. which model this is)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
@@ -189,14 +194,23 @@ def main() -> int:
         held = held[:: max(1, len(held) // args.limit)][: args.limit]
         seen = seen[:: max(1, len(seen) // args.limit)][: args.limit]
     generator = TransformersGenerator.from_path(args.model, device="cpu")
+    memory = None
+    settings = [("world model + pre-check", True, held, False), ("world model alone (paper)", False, held, False)]
+    if args.memory:  # fitted on the training tasks' references and SFT variants: held-out ones never
+        memory = ExecutedMemory(memory_examples(cfg, tasks, runtime, progress=True))
+        report["memory_examples"] = len(memory)
+        settings += [("world model + memory + pre-check", True, held, True),
+                     ("memory + pre-check, no LLM call", True, held, True)]
     # The last row is no generalisation measure: it shows what the world model learned of the variants it
     # was trained on, which is what it is asked about in a tiny run (the policy writes the references it
     # memorised, on the training tasks).
-    for name, precheck, chosen in (("world model + pre-check", True, held), ("world model alone (paper)", False, held),
-                                   ("SFT's own variants, world model + pre-check", True, seen)):
-        env_cfg = replace(wm, precheck=precheck)
+    settings.append(("SFT's own variants, world model + pre-check", True, seen, False))
+    for name, precheck, chosen, remember in settings:
+        checks = ["quality"] if name.startswith("memory") else wm.checks
+        env_cfg = replace(wm, precheck=precheck, checks=checks)
         env = WorldModelEnvironment(InProcessBackend(generator, wm.max_new_tokens, wm.temperature, wm.seed),
-                                    cases, env_cfg, runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus)
+                                    cases, env_cfg, runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus,
+                                    memory if remember else None)
         report["runs"][name] = run_world_model(env, chosen, outcomes, args.batch)
         print(name, json.dumps({k: v for k, v in report["runs"][name].items() if k != "problems"})[:600], flush=True)
     OUT.mkdir(parents=True, exist_ok=True)

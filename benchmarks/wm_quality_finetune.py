@@ -55,7 +55,9 @@ def code_vectorizer() -> Any:
     """TF-IDF over a program's identifiers and numbers."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    return TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", sublinear_tf=True)
+    from wmrl.world_model.memory import IDENTIFIER_TOKENS
+
+    return TfidfVectorizer(token_pattern=IDENTIFIER_TOKENS, sublinear_tf=True)
 
 
 def code_regression(train: list[Any], heldout: list[Any]) -> dict[str, float]:

@@ -72,6 +72,18 @@ def task(tmp_path: Path):
     return load_task(root)
 
 
+def task_with_references(tmp_path: Path, n: int):
+    """A task with ``n`` references (``max_depth`` 1..n), reference i at position score i / n."""
+    root = make_wmrl_task(tmp_path / "pool")
+    (root / "reference").mkdir()
+    solutions = []
+    for i in range(n):
+        (root / "reference" / f"r{i}.py").write_text(REFERENCE.replace("max_depth=3", f"max_depth={i + 1}"))
+        solutions.append({"name": f"r{i}", "file": f"r{i}.py", "raw_score": i / 10, "position_score": i / n})
+    (root / "reference" / "index.json").write_text(json.dumps({"solutions": solutions}))
+    return load_task(root)
+
+
 def agent_ctx():
     return PromptContext(max_turns=2, timeout_s=60, gpus=0, runtime=table_runtime())
 
@@ -211,14 +223,7 @@ def test_all_references_add_every_trainable_leaderboard_solution_once_with_its_r
     from wmrl.world_model.variants import REFERENCE as UNMODIFIED
     from wmrl.world_model.variants import reference_variant
 
-    root = make_wmrl_task(tmp_path / "pool")
-    (root / "reference").mkdir()
-    solutions = []
-    for i in range(8):
-        (root / "reference" / f"r{i}.py").write_text(REFERENCE.replace("max_depth=3", f"max_depth={i + 1}"))
-        solutions.append({"name": f"r{i}", "file": f"r{i}.py", "raw_score": i / 10, "position_score": i / 8})
-    (root / "reference" / "index.json").write_text(json.dumps({"solutions": solutions}))
-    task = load_task(root)
+    task = task_with_references(tmp_path, 8)
 
     def sft(**keys) -> list:
         return world_model_sft_variants([task], WorldModelConfig(precheck=False, sft_variants_per_task=1, **keys),

@@ -14,3 +14,11 @@ def test_status_names_fallbacks_and_failures_by_kind():
 
 def test_status_without_a_world_model_says_nothing_of_it():
     assert _world_model_line({}) == ""
+
+
+def test_status_says_how_many_quality_checks_the_memory_answered():
+    line = _world_model_line({"world_model": {"submissions": 10.0, "calls": 14.0, "precheck_settled": 3.0,
+                                              "memory_solutions": 612.0, "memory_quality": 7.0,
+                                              "memory_exact": 2.0}})
+    assert line.endswith("pre-check settled 3; memory of 612 executed solutions answered 7 quality checks "
+                         "(2 seen verbatim)")

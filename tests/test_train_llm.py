@@ -41,6 +41,14 @@ def test_train_runs_every_step_and_logs_learner_and_calibration_metrics(micro_ru
     assert progress["state"] == "finished" and progress["cost_source"] == "measured"
 
 
+def test_the_run_holds_the_executed_solution_memory(micro_run):
+    # The micro model writes no code block, so nothing reaches the memory or the world model here; what it
+    # learns from anchors is tested on real rollout objects (test_world_model_memory.py), and the resume
+    # test below rebuilds it from the run's log.
+    rows = metrics_rows(micro_run)
+    assert all(r["world_model/memory_solutions"] > 500 for r in rows)  # the references and SFT variants
+
+
 def test_train_evaluates_before_and_after_with_real_execution(micro_run):
     evals = [json.loads(line) for line in (micro_run / "evals.jsonl").read_text().splitlines()]
     assert [(e["label"], e["split"], e["step"]) for e in evals] == [("before", "train", 0), ("after", "train", 2)]

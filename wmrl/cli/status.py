@@ -156,7 +156,16 @@ def _world_model_line(progress: dict[str, Any]) -> str:
     return (f"world model {wm.get('submissions', 0):.0f} submissions, {wm.get('calls', 0):.0f} calls, "
             f"{wm.get('verdict:fallback', 0):.0f} fallback verdicts, {wm.get('infrastructure_failures', 0):.0f} "
             f"infrastructure failures" + (f" ({failures})" if failures else "")
-            + f", pre-check settled {wm.get('precheck_settled', 0):.0f}" + (f", skipped {skipped:.0f}" if skipped else ""))
+            + f", pre-check settled {wm.get('precheck_settled', 0):.0f}" + (f", skipped {skipped:.0f}" if skipped else "")
+            + _memory_text(wm))
+
+
+def _memory_text(wm: dict[str, Any]) -> str:
+    """The executed-solution memory's share (world_model.memory): it answered the quality checks."""
+    if "memory_solutions" not in wm:
+        return ""
+    return (f"; memory of {wm['memory_solutions']:.0f} executed solutions answered "
+            f"{wm.get('memory_quality', 0):.0f} quality checks ({wm.get('memory_exact', 0):.0f} seen verbatim)")
 
 
 def _resume_line(progress: dict[str, Any]) -> str:

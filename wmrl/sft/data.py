@@ -28,6 +28,7 @@ from wmrl.agent.chat import ChatTokens
 from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
 from wmrl.sft.config import SFTRunConfig
 from wmrl.sft.example import SFTExample
+from wmrl.world_model.memory import Executed
 from wmrl.world_model.prompts import (
     QUALITY,
     WorldModelContext,
@@ -172,13 +173,8 @@ def run_context(cfg: SFTRunConfig, tokenizer_max: int | None = None) -> tuple[Pr
 def build_sft_data(cfg: SFTRunConfig, tokenizer: Any, max_tokens: int, progress: bool = True) -> SFTData:
     """Every SFT example for the run config ``cfg`` (a :class:`~wmrl.config.WMRLConfig`): the policy's
     on the training tasks, the world model's on the non-held-out variants (executed once, cached)."""
-    import tempfile
-    from pathlib import Path
-
-    from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.tasks.overview import task_overview
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
-    from wmrl.world_model.variants import real_outcomes
 
     root = ensure_builtin_pool(cfg.tasks.root or None, progress=progress)
     tasks = load_pool(root)
@@ -190,10 +186,33 @@ def build_sft_data(cfg: SFTRunConfig, tokenizer: Any, max_tokens: int, progress:
                     cfg.sft.references_per_task)
     wm = cfg.world_model
     variants = world_model_sft_variants(train, wm, runtime)
-    sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, wm.variant_timeout_s))
-    with tempfile.TemporaryDirectory(prefix="wmrl-variants-") as work:
-        outcomes = real_outcomes(variants, {t.task_id: t for t in tasks}, make_backend(sandbox),
-                                 limits_from_config(sandbox), runtime, Path(work), progress=progress)
+    outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress)
     world_model_examples(tokenizer, variants, outcomes, overviews, sim_ctx, wm.checks, wm.prompt_style,
                          wm.max_overview_chars, max_tokens, data)
     return data
+
+
+def executed_outcomes(cfg: SFTRunConfig, tasks: Sequence[Any], variants: Sequence[SolutionVariant], runtime: Any,
+                      progress: bool = True) -> dict[str, Outcome]:
+    """The variants' real outcomes (``real_outcomes``: executed in the run's sandbox with the world model's
+    variant time budget, once; cached by content)."""
+    import tempfile
+    from pathlib import Path
+
+    from wmrl.sandbox import limits_from_config, make_backend
+    from wmrl.world_model.variants import real_outcomes
+
+    sandbox = replace(cfg.sandbox, timeout_s=min(cfg.sandbox.timeout_s, cfg.world_model.variant_timeout_s))
+    with tempfile.TemporaryDirectory(prefix="wmrl-variants-") as work:
+        return real_outcomes(list(variants), {t.task_id: t for t in tasks}, make_backend(sandbox),
+                             limits_from_config(sandbox), runtime, Path(work), progress=progress)
+
+
+def memory_examples(cfg: SFTRunConfig, tasks: Sequence[Any], runtime: Any, progress: bool = True) -> list[Executed]:
+    """What the executed-solution memory starts from (``world_model.memory``): every reference of the
+    training tasks that is not held out, with its leaderboard score, and the broken variants the world
+    model's SFT executes (the same ones: cached, nothing new runs after ``wmrl sft``)."""
+    train = [t for t in tasks if t.split == "train"]
+    variants = world_model_sft_variants(train, replace(cfg.world_model, sft_all_references=True), runtime)
+    outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress)
+    return [Executed(v.task_id, v.code, outcomes[v.key].score, outcomes[v.key].valid) for v in variants]

@@ -42,11 +42,13 @@ from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
 from wmrl.step import PHASES, StepResult
 from wmrl.trainers.common import RunTotals, write_run_plots
+from wmrl.world_model.memory import Executed, ExecutedMemory, OnlineLog, executed_solutions
 
 log = logging.getLogger(__name__)
 COST_SOURCE = "measured"
 LEARNER_DIR = "checkpoints/learner"
 EVALS = "evals.jsonl"
+MEMORY_LOG = "world_model_memory.jsonl"  # the anchors the executed-solution memory learned, per step
 # A step's seconds per phase in its metrics row (the step-time breakdown, benchmarks/bench_train_step.py);
 # evaluation and the learner checkpoint fall only in the steps that evaluate or save.
 STEP_PHASE_KEYS = {"generation": "step_seconds_generation", "world_model": "step_seconds_world_model",
@@ -62,7 +64,7 @@ class LLMTrainer:
         from wmrl.agent.policy import AgentPolicy
         from wmrl.generation.data_parallel import place_on_rank
         from wmrl.learner.follower import lead
-        from wmrl.sft.data import run_context
+        from wmrl.sft.data import memory_examples, run_context
         from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
         from wmrl.tasks.overview import task_overview
         from wmrl.tasks.pool import load_pool, resolve_pool_root
@@ -104,10 +106,19 @@ class LLMTrainer:
         self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
         self.cal_dir = self.shell.directory
         self.world_model = None
+        # world_model.memory: the executed-solution memory answers the quality check; it starts from what
+        # was executed offline and, with memory_online, learns each step's anchors (logged for a resume).
+        self._memory_offline: list[Executed] = []
+        self._memory_log = OnlineLog(run.path / MEMORY_LOG)
         if self.shell.calls_world_model:
             cases = {t.task_id: TaskCase.from_task(t) for t in every}
+            memory = None
+            if cfg.world_model.memory:
+                self._memory_offline = memory_examples(cfg, every, runtime, progress=False)
+                memory = ExecutedMemory(self._memory_offline)
+                log.info("executed-solution memory: %d solutions of known outcome", len(memory))
             self.world_model = WorldModelEnvironment(self._world_model_backend(), cases, cfg.world_model,
-                                                     runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus)
+                                                     runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus, memory)
         self.totals = RunTotals()
         self.last_eval: dict[str, float] = {}
         self._saved: dict[str, Any] = {}
@@ -154,6 +165,11 @@ class LLMTrainer:
             self.generator.update_weights(self.learner.named_parameters())
         sync_seconds = time.perf_counter() - started
         started = time.perf_counter()
+        memory = self.world_model.memory if self.world_model is not None else None
+        if memory is not None and self.cfg.world_model.memory_online:  # after the step: its r_hat never saw them
+            anchors = executed_solutions(done.groups, (done.executed & ~done.dropped).tolist())
+            self._memory_log.append(self.step, anchors)
+            memory.add(anchors)
         write_rollouts(self.run_dir.path, self.step, done.groups,
                        {"executed": done.executed.tolist(), "dropped": done.dropped.tolist(),
                         "weights": done.weights.tolist(), "rho": done.rho})
@@ -257,6 +273,8 @@ class LLMTrainer:
         self.last_eval = dict(state["last_eval"])
         if self.world_model is not None:
             self.world_model.load_state_dict(state.get("world_model_counts", {}))  # absent before 2026-12
+            if self.world_model.memory is not None:  # the memory as it was after the checkpointed step
+                self.world_model.memory = ExecutedMemory(self._memory_offline + self._memory_log.rewind(self.step))
         self.shell.rewind(self.step)  # the calibrator back to the end of the checkpointed step
         self._saved = dict(state)
 

@@ -51,6 +51,11 @@ class WorldModelConfig:
     # quality answer the real position score the leaderboard's run gave it (the pool build ran them all:
     # nothing more is executed). Off by default until the tiny sweep is re-run on it (issue 22).
     sft_all_references: bool = False
+    # The executed-solution memory answers the quality check (wmrl/world_model/memory.py, beyond the paper):
+    # a regression fitted on the training tasks' references (their leaderboard scores) and their executed
+    # variants; with memory_online the run's anchors join it after each step. Off: the LLM answers it.
+    memory: bool = False
+    memory_online: bool = True
 
     def validate(self, prefix: str = "world_model") -> None:
         check_choice(f"{prefix}.backend", self.backend, BACKENDS)

@@ -11,7 +11,9 @@ Counters (``stats()``, cumulative) say how often each thing happened, for metric
 measurements: calls, verdict statuses, parse problems, pre-check settlements and skips, infrastructure
 failures (``failure:<kind>``). A batch's counts are added at its end, so they always add up:
 ``calls = (submissions - precheck_settled) * checks`` and
-``verdict:* = (submissions - precheck_settled - infrastructure_failures) * checks``.
+``verdict:* = (submissions - precheck_settled - infrastructure_failures) * checks``, where ``checks`` are
+the LLM's: with the executed-solution memory (:mod:`wmrl.world_model.memory`) the quality check is the
+memory's answer, counted as ``memory_quality`` (``memory_exact``: the memory held that very solution).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from wmrl.sandbox.probe import SandboxRuntime
 from wmrl.world_model.aggregate import aggregate
 from wmrl.world_model.backends import Completion, WorldModelBackend
 from wmrl.world_model.config import WorldModelConfig
+from wmrl.world_model.memory import ExecutedMemory
 from wmrl.world_model.precheck import DataInventory, PreCheck
 from wmrl.world_model.prompts import (
+    QUALITY,
     WorldModelContext,
     check_messages,
     get_checks,
@@ -69,13 +73,16 @@ class WorldModelEnvironment:
     role = WORLD_MODEL
 
     def __init__(self, backend: WorldModelBackend, cases: Mapping[str, TaskCase], cfg: WorldModelConfig,
-                 runtime: SandboxRuntime, timeout_s: float = 1200.0, gpus: int = 0) -> None:
+                 runtime: SandboxRuntime, timeout_s: float = 1200.0, gpus: int = 0,
+                 memory: ExecutedMemory | None = None) -> None:
         cfg.validate()
         self.backend = backend
         self.cases = dict(cases)
         self.cfg = cfg
         self.runtime = runtime
-        self.checks = get_checks(cfg.checks)
+        self.memory = memory
+        # With the executed-solution memory the quality check is its answer; the LLM answers the others.
+        self.checks = [c for c in get_checks(cfg.checks) if memory is None or c.name != QUALITY]
         self.system = simulator_system_prompt(WorldModelContext(timeout_s, gpus, runtime), cfg.prompt_style)
         self.counts: Counter[str] = Counter()
         self._prechecks = {tid: PreCheck(case.inventory, runtime) for tid, case in self.cases.items()}
@@ -91,6 +98,7 @@ class WorldModelEnvironment:
         out: list[Feedback | None] = [None] * len(submissions)
         requests: list[list[dict[str, str]]] = []
         owners: list[int] = []
+        asked: list[int] = []  # the submissions the pre-check left to the world model
         for i, sub in enumerate(submissions):
             counts["submissions"] += 1
             if self.cfg.precheck:
@@ -103,18 +111,26 @@ class WorldModelEnvironment:
                     counts[f"precheck:{settlement.verdict.check}"] += 1
                     out[i] = self._feedback(sub, [settlement.verdict], [], 0.0)
                     continue
+            asked.append(i)
             for messages in self.messages(sub.task_id, sub.code):
                 requests.append(messages)
                 owners.append(i)
         completions = self._complete(requests)
         counts["calls"] += len(completions)
+        remembered = {}
+        if self.memory is not None and asked:
+            predictions = self.memory.predict([submissions[i].task_id for i in asked],
+                                              [submissions[i].code for i in asked])
+            remembered = {i: p.verdict() for i, p in zip(asked, predictions, strict=True)}
+            counts["memory_quality"] += len(asked)
+            counts["memory_exact"] += sum(p.exact for p in predictions)
         seconds = time.perf_counter() - start
-        per_call = seconds / max(len(completions), 1)
+        per_submission = seconds / max(len(asked), 1)
         for i, sub in enumerate(submissions):
             if out[i] is not None:
                 continue
             mine = [c for c, owner in zip(completions, owners, strict=True) if owner == i]
-            out[i] = self._from_completions(sub, mine, per_call * len(mine), counts)
+            out[i] = self._from_completions(sub, mine, per_submission, counts, remembered.get(i))
         self.counts.update(counts)
         return [f for f in out if f is not None]
 
@@ -132,7 +148,7 @@ class WorldModelEnvironment:
         return completions
 
     def _from_completions(self, sub: Submission, completions: list[Completion], seconds: float,
-                          counts: Counter[str]) -> Feedback:
+                          counts: Counter[str], remembered: CheckVerdict | None = None) -> Feedback:
         n_lines = max(len(sub.code.splitlines()), 1)
         tokens = sum(c.prompt_tokens + c.completion_tokens for c in completions)
         failed = [c for c in completions if c.failed]
@@ -152,6 +168,8 @@ class WorldModelEnvironment:
             for problem in verdict.problems:
                 counts[f"problem:{problem.split(':')[0]}"] += 1
             verdicts.append(verdict)
+        if remembered is not None:
+            verdicts.append(remembered)
         return self._feedback(sub, verdicts, [c.text for c in completions], seconds, tokens)
 
     def _feedback(self, sub: Submission, verdicts: list[CheckVerdict], raw: list[str], seconds: float,
@@ -175,6 +193,8 @@ class WorldModelEnvironment:
             out["parse_fallback_rate"] = self.counts["verdict:fallback"] / verdicts
         if self.counts["submissions"]:
             out["precheck_rate"] = self.counts["precheck_settled"] / self.counts["submissions"]
+        if self.memory is not None:
+            out["memory_solutions"] = float(len(self.memory))
         return out
 
     def state_dict(self) -> dict[str, int]:
