@@ -53,7 +53,8 @@ class WorldModelConfig:
     sft_all_references: bool = False
     # The executed-solution memory answers the quality check (wmrl/world_model/memory.py, beyond the paper):
     # a regression fitted on the training tasks' references (their leaderboard scores) and their executed
-    # variants; with memory_online the run's anchors join it after each step. Off: the LLM answers it.
+    # variants; with memory_online the run's anchors join it after each step. Off (the paper): the LLM answers
+    # it. On in the tiny default.
     memory: bool = False
     memory_online: bool = True
 
