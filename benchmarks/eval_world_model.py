@@ -15,7 +15,9 @@ Measures, with the checks, prompt style and budgets of the run config:
   are real failures: must be 1.0), over ALL variants (training ones included: it learns nothing);
 - the LLM world model with the pre-check on (the default) and off (the paper's exact setting):
   Pearson and Spearman correlation of r_hat with r, pass/fail accuracy of the predicted validity,
-  JSON-parse fallback and repair rates per answer, world-model calls/s and submissions/s.
+  JSON-parse fallback and repair rates per answer, world-model calls/s and submissions/s;
+- with ``--memory``: the same with the executed-solution memory answering the quality check
+  (``world_model.memory``), and the memory alone with no LLM call.
 
 Writes results/world_model/eval.json and results/world_model/eval.md.
 """
@@ -195,18 +197,19 @@ def main() -> int:
         seen = seen[:: max(1, len(seen) // args.limit)][: args.limit]
     generator = TransformersGenerator.from_path(args.model, device="cpu")
     memory = None
-    settings = [("world model + pre-check", True, held, False), ("world model alone (paper)", False, held, False)]
+    # (row, pre-check on, variants, with the memory, the checks the LLM is asked)
+    settings = [("world model + pre-check", True, held, False, wm.checks),
+                ("world model alone (paper)", False, held, False, wm.checks)]
     if args.memory:  # fitted on the training tasks' references and SFT variants: held-out ones never
         memory = ExecutedMemory(memory_examples(cfg, tasks, runtime, progress=True))
         report["memory_examples"] = len(memory)
-        settings += [("world model + memory + pre-check", True, held, True),
-                     ("memory + pre-check, no LLM call", True, held, True)]
+        settings += [("world model + memory + pre-check", True, held, True, wm.checks),
+                     ("memory + pre-check, no LLM call", True, held, True, ["quality"])]
     # The last row is no generalisation measure: it shows what the world model learned of the variants it
     # was trained on, which is what it is asked about in a tiny run (the policy writes the references it
     # memorised, on the training tasks).
-    settings.append(("SFT's own variants, world model + pre-check", True, seen, False))
-    for name, precheck, chosen, remember in settings:
-        checks = ["quality"] if name.startswith("memory") else wm.checks
+    settings.append(("SFT's own variants, world model + pre-check", True, seen, False, wm.checks))
+    for name, precheck, chosen, remember, checks in settings:
         env_cfg = replace(wm, precheck=precheck, checks=checks)
         env = WorldModelEnvironment(InProcessBackend(generator, wm.max_new_tokens, wm.temperature, wm.seed),
                                     cases, env_cfg, runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus,

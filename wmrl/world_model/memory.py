@@ -22,7 +22,6 @@ caps), as with the LLM's own quality answer (``aggregate.py``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -35,6 +34,7 @@ import numpy as np
 from wmrl.io import append_line_durable, atomic_write_text
 from wmrl.rollout import Groups
 from wmrl.world_model.prompts import QUALITY
+from wmrl.world_model.variants import content_key
 from wmrl.world_model.verdict import CheckVerdict
 
 MEMORY = "memory"
@@ -55,10 +55,6 @@ class Executed:
     @property
     def key(self) -> str:
         return content_key(self.task_id, self.code)
-
-
-def content_key(task_id: str, code: str) -> str:
-    return hashlib.sha256(f"{task_id}\0{code}".encode()).hexdigest()[:24]
 
 
 def code_lines(code: str) -> list[str]:

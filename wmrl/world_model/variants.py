@@ -44,6 +44,11 @@ _MODEL_IMPORT = re.compile(r"^from sklearn\.\w+(\.\w+)? import .*\n", re.MULTILI
 _SUBMIT = re.compile(r'^(pd\.DataFrame\(\{"id": test_ids, [^}]+\}\))(\.to_csv\(SUBMISSION_PATH.*)$', re.MULTILINE)
 
 
+def content_key(task_id: str, code: str) -> str:
+    """A solution's identity by content: the outcome cache's file name, the memory's lookup key."""
+    return hashlib.sha256(f"{task_id}\0{code}".encode()).hexdigest()[:24]
+
+
 @dataclass(frozen=True)
 class SolutionVariant:
     """A reference solution, unchanged or with one mistake (``kind``): an example the world model learns
@@ -59,7 +64,7 @@ class SolutionVariant:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(f"{self.task_id}\0{self.code}".encode()).hexdigest()[:24]
+        return content_key(self.task_id, self.code)
 
 
 @dataclass
