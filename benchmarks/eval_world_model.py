@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -41,7 +42,7 @@ from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.rollout import Submission
 from wmrl.sandbox import limits_from_config, make_backend
 from wmrl.sandbox.probe import probe_runtime
-from wmrl.sft.data import memory_examples
+from wmrl.sft.data import memory_examples, policy_samples
 from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 from wmrl.world_model.backends import InProcessBackend
 from wmrl.world_model.env import TaskCase, WorldModelEnvironment
@@ -154,6 +155,21 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _policy_samples(cfg: Any, tasks: list[Any], generator: Any, runtime: Any, model: str) -> list[Any]:
+    """The memory's samples of the initial policy, as a run draws them: ``model`` is the tiny default's
+    SFT, policy and world model at once."""
+    from wmrl.agent.policy import AgentPolicy
+    from wmrl.agent.prompts import PromptContext
+    from wmrl.models.cache import built_hash
+    from wmrl.tasks.overview import task_overview
+
+    context = PromptContext(cfg.agent.max_turns, cfg.sandbox.timeout_s, cfg.sandbox.gpus, runtime)
+    policy = AgentPolicy(generator, cfg.sampling.params(), {t.task_id: task_overview(t) for t in tasks}, cfg.agent,
+                         context)
+    train = [t for t in tasks if t.split == "train"]
+    return policy_samples(policy, train, cfg.world_model.memory_policy_samples, cfg.world_model.seed, built_hash(Path(model)))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="HF directory of the world model (e.g. the SFT output)")
@@ -200,9 +216,12 @@ def main() -> int:
     # (row, pre-check on, variants, with the memory, the checks the LLM is asked)
     settings = [("world model + pre-check", True, held, False, wm.checks),
                 ("world model alone (paper)", False, held, False, wm.checks)]
-    if args.memory:  # fitted on the training tasks' references and SFT variants: held-out ones never
-        memory = ExecutedMemory(memory_examples(cfg, tasks, runtime, progress=True))
+    if args.memory:  # fitted on the training tasks' references, variants and policy samples: held-out ones never
+        held_keys = {v.key for v in held}
+        samples = [s for s in _policy_samples(cfg, tasks, generator, runtime, args.model) if s.key not in held_keys]
+        memory = ExecutedMemory(memory_examples(cfg, tasks, runtime, samples, progress=True))
         report["memory_examples"] = len(memory)
+        report["memory_policy_samples"] = len(samples)
         settings += [("world model + memory + pre-check", True, held, True, wm.checks),
                      ("memory + pre-check, no LLM call", True, held, True, ["quality"])]
     # The last row is no generalisation measure: it shows what the world model learned of the variants it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from dataclasses import replace
@@ -29,7 +30,7 @@ from wmrl.tasks.layouts import load_task
 from wmrl.tasks.testing import make_wmrl_task
 from wmrl.world_model.prompts import CHECK_NAMES, WorldModelContext
 from wmrl.world_model.targets import failing_check
-from wmrl.world_model.variants import MUTATIONS, make_variants, real_outcomes
+from wmrl.world_model.variants import AGENT_MISTAKES, MUTATIONS, POLICY_SAMPLE, make_variants, real_outcomes
 from wmrl.world_model.verdict import parse_verdict
 
 bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (CI installs it)")
@@ -118,7 +119,9 @@ def test_analysis_names_target_metric_and_model(task):
 
 def test_every_mutation_applies_to_a_builtin_style_reference(task):
     variants = make_variants([task], per_task=1, heldout_fraction=0.0)
-    assert sorted(v.kind for v in variants) == sorted(["reference", *MUTATIONS])
+    assert sorted(v.kind for v in variants) == sorted(["reference", *MUTATIONS])  # the SFT recipe: no agent mistake
+    mistakes = make_variants([task], per_task=1, heldout_fraction=0.0, kinds=AGENT_MISTAKES)
+    assert sorted(v.kind for v in mistakes) == sorted(["reference", *AGENT_MISTAKES])
     assert not any(v.heldout for v in variants)
     assert all(v.heldout for v in make_variants([task], per_task=1, heldout_fraction=1.0))
 
@@ -239,3 +242,43 @@ def test_all_references_add_every_trainable_leaderboard_solution_once_with_its_r
     held_out = {ref.name for ref in task.reference_solutions() if reference_variant(task, ref, 0.5).heldout}
     assert held_out and not held_out & {v.reference for v in half}
     assert {v.reference for v in half if v.kind == UNMODIFIED} == {f"r{i}" for i in range(8)} - held_out
+
+
+@bwrap
+def test_the_agents_foreign_target_mistake_really_writes_an_invalid_submission(task, tmp_path, monkeypatch):
+    """The mistake mined from the rollout records that the pre-check cannot settle: the submission names
+    another task's target column. Only running it tells, and it fails the way the agent's did."""
+    from wmrl.sft.data import left_to_the_world_model
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
+    (variant,) = [v for v in make_variants([task], per_task=1, heldout_fraction=0.0, kinds=AGENT_MISTAKES)
+                  if v.kind == "foreign_target"]
+    assert '{"id": test_ids, "y": pred}' not in variant.code and variant.code.count("test_ids, ") == 1
+    assert left_to_the_world_model([variant], [task], table_runtime()) == [variant]
+    outcome = real_outcomes([variant], {task.task_id: task}, make_backend(SandboxConfig(backend="bwrap")),
+                            SandboxLimits(timeout_s=60), table_runtime(), tmp_path / "work")[variant.key]
+    assert outcome.status == "ok" and not outcome.valid and outcome.error_type == "InvalidSubmission"
+    assert "missing column" in outcome.error_text and "'y'" in outcome.error_text
+
+
+def test_policy_samples_are_the_policys_first_replies_drawn_once_per_build(task, tmp_path, monkeypatch):
+    from wmrl.sft.data import policy_samples
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
+    replies = ["I fit a tree.\n```python\nprint(1)\n```", "no code at all", "A tree.\n```python\nprint(2)\n```"]
+    drawn = itertools.count()
+    generator = ScriptedGenerator(lambda prompt, call: replies[next(drawn) % 3])
+    context = PromptContext(max_turns=1, timeout_s=60, gpus=0, runtime=table_runtime())
+    policy = AgentPolicy(generator, SamplingParams(), {task.task_id: "Competition: Tiny\nBegin.\n"},
+                         AgentConfig(prompt_style="short", max_turns=1), context)
+    assert policy_samples(policy, [task], 0, seed=0, build="b") == [] and not generator.calls
+    samples = policy_samples(policy, [task], 3, seed=0, build="b")
+    (prompts,) = generator.calls
+    assert prompts == [policy.first_prompt(task.task_id)] * 3  # the run's first-turn prompt, three draws
+    assert [s.code for s in samples] == ["print(1)\n", "print(2)\n"]  # the reply without code is no solution
+    assert all(s.kind == POLICY_SAMPLE and s.task_id == task.task_id and not s.heldout for s in samples)
+    assert policy_samples(policy, [task], 3, seed=0, build="b") == samples and len(generator.calls) == 1  # cached
+    policy_samples(policy, [task], 3, seed=0, build="other")  # another policy build: drawn again
+    policy_samples(policy, [task], 3, seed=0, build=None)  # no build hash: nothing to key a cache by
+    policy_samples(policy, [task], 3, seed=0, build=None)
+    assert len(generator.calls) == 4

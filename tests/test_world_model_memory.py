@@ -109,27 +109,36 @@ def test_the_memory_answers_the_quality_check_and_the_llm_the_others(case):  # n
 
 @bwrap
 def test_the_memory_starts_from_the_training_references_and_their_executed_variants(tmp_path, monkeypatch):
-    """world_model.memory: every non-held-out reference with its leaderboard score, and the variants the
-    SFT executes (really run in bwrap); the held-out ones (the evaluation's) never."""
+    """world_model.memory: every non-held-out reference with its leaderboard score, the variants the SFT
+    executes and the agent's own mistakes (really run in bwrap), and the policy's samples, each once; the
+    held-out references (the evaluation's) never, nor what the pre-check settles."""
     from test_sft_data import task_with_references
 
     from wmrl.config import load_config
     from wmrl.configs import TINY_CONFIG
     from wmrl.sft.data import memory_examples
+    from wmrl.world_model.variants import POLICY_SAMPLE, SolutionVariant, reference_variant
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     task = task_with_references(tmp_path, 4)
     cfg = load_config(str(TINY_CONFIG))
     cfg = replace(cfg, world_model=replace(cfg.world_model, sft_variants_per_task=1, heldout_fraction=0.5))
-    examples = memory_examples(cfg, [task], table_runtime(), progress=False)
-    from wmrl.world_model.variants import reference_variant
-
     held_out = {ref.code for ref in task.reference_solutions() if reference_variant(task, ref, 0.5).heldout}
+    kept = next(ref for ref in task.reference_solutions() if ref.code not in held_out)
+    deeper = kept.code.replace("max_depth=", "max_depth=1 + ")  # a new program that runs and scores
+    undefined = kept.code.replace("model.fit(", "modell.fit(")  # a NameError the pre-check settles
+    samples = [SolutionVariant(task.task_id, POLICY_SAMPLE, POLICY_SAMPLE, code, False, 0.0)
+               for code in (kept.code, deeper, undefined, deeper)]
+    examples = memory_examples(cfg, [task], table_runtime(), samples, progress=False)
+    assert len({e.key for e in examples}) == len(examples)  # each solution once
     references = {e.code: e.score for e in examples if e.code in {r.code for r in task.reference_solutions()}}
     assert held_out and not held_out & {e.code for e in examples}
     assert references == {r.code: r.position_score for r in task.reference_solutions() if r.code not in held_out}
-    broken = [e for e in examples if e.code not in references]
-    assert broken and all(not e.valid and e.score == 0.0 for e in broken)  # really run: each mutation fails
+    (sample,) = [e for e in examples if e.code == deeper]
+    assert sample.valid and 0.0 < sample.score <= 1.0 and undefined not in {e.code for e in examples}
+    broken = [e for e in examples if e.code not in references and e.code != deeper]
+    assert broken and all(not e.valid and e.score == 0.0 for e in broken)  # really run: each mistake fails
+    assert any('"id": test_ids, "y"' not in e.code and "max_depth" in e.code for e in broken)  # foreign_target
 
 
 def turn(code: str | None, score: float | None, valid: bool = True):

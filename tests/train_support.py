@@ -26,7 +26,7 @@ def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[
         "world_model.max_new_tokens=8", "world_model.checks=[imports,submission,quality]",
         # the executed-solution memory answers the quality check and learns the anchors: the resume test
         # then also checks that a resumed run rebuilds it exactly (identical weights after step 2)
-        "world_model.memory=true", "world_model.sft_variants_per_task=1",
+        "world_model.memory=true", "world_model.sft_variants_per_task=1", "world_model.memory_policy_samples=2",
         "learner.lr=1e-3", "learner.micro_batch_size=2", "learner.kl_coef=0.04",
         f"train.steps={steps}", "train.eval_k=1", "train.eval_tasks=1", "train.eval_split=train",
         "sandbox.timeout_s=30", "launch.workers=1", "launch.lease_s=10", "launch.heartbeat_s=1",

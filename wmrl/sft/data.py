@@ -18,11 +18,16 @@ longer than ``max_tokens`` is skipped and counted (``SFTData.skipped``), never s
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from wmrl.agent.chat import ChatTokens
 from wmrl.agent.prompts import PromptContext, agent_messages, system_prompt
@@ -37,7 +42,15 @@ from wmrl.world_model.prompts import (
     simulator_system_prompt,
 )
 from wmrl.world_model.targets import target_json
-from wmrl.world_model.variants import Outcome, SolutionVariant, all_references, make_variants
+from wmrl.world_model.variants import (
+    AGENT_MISTAKES,
+    POLICY_SAMPLE,
+    REFERENCE,
+    Outcome,
+    SolutionVariant,
+    all_references,
+    make_variants,
+)
 
 AGENT, WORLD_MODEL = "agent", "world_model"
 _DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
@@ -126,8 +139,6 @@ def left_to_the_world_model(variants: Sequence[SolutionVariant], tasks: Sequence
     """The variants the static pre-check does not settle. A run with the pre-check on never asks the
     world model about the others, and training on them (most of the broken variants) taught a tiny
     model to answer "No module named ..." whatever the code."""
-    from pathlib import Path
-
     from wmrl.world_model.precheck import DataInventory, PreCheck
 
     prechecks = {t.task_id: PreCheck(DataInventory.from_dir(Path(t.public_dir)), runtime) for t in tasks}
@@ -197,7 +208,6 @@ def executed_outcomes(cfg: SFTRunConfig, tasks: Sequence[Any], variants: Sequenc
     """The variants' real outcomes (``real_outcomes``: executed in the run's sandbox with the world model's
     variant time budget, once; cached by content)."""
     import tempfile
-    from pathlib import Path
 
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.world_model.variants import real_outcomes
@@ -208,11 +218,55 @@ def executed_outcomes(cfg: SFTRunConfig, tasks: Sequence[Any], variants: Sequenc
                              limits_from_config(sandbox), runtime, Path(work), progress=progress)
 
 
-def memory_examples(cfg: SFTRunConfig, tasks: Sequence[Any], runtime: Any, progress: bool = True) -> list[Executed]:
+def memory_examples(cfg: SFTRunConfig, tasks: Sequence[Any], runtime: Any, samples: Sequence[SolutionVariant] = (),
+                    progress: bool = True) -> list[Executed]:
     """What the executed-solution memory starts from (``world_model.memory``): every reference of the
-    training tasks that is not held out, with its leaderboard score, and the broken variants the world
-    model's SFT executes (the same ones: cached, nothing new runs after ``wmrl sft``)."""
+    training tasks that is not held out, with its leaderboard score; the broken variants the world
+    model's SFT executes (cached: nothing new runs after ``wmrl sft``), and those references with the
+    agent's own mistakes (``AGENT_MISTAKES``); and ``samples`` (:func:`policy_samples`). Each is
+    executed once, cached by content; the ones the pre-check settles are left out when it is on (a run
+    never asks the world model about them)."""
     train = [t for t in tasks if t.split == "train"]
-    variants = world_model_sft_variants(train, replace(cfg.world_model, sft_all_references=True), runtime)
+    wm = cfg.world_model
+    variants = world_model_sft_variants(train, replace(wm, sft_all_references=True), runtime)
+    agent_mistakes = [v for v in make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed,
+                                               kinds=AGENT_MISTAKES) if not v.heldout and v.kind != REFERENCE]
+    extra = agent_mistakes + [s for s in samples if s.task_id in {t.task_id for t in train}]
+    variants += left_to_the_world_model(extra, train, runtime) if wm.precheck else extra
+    unique: dict[str, SolutionVariant] = {}
+    for v in variants:  # a sample may repeat a reference verbatim: the reference (its leaderboard run) stays
+        unique.setdefault(v.key, v)
+    variants = list(unique.values())
     outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress)
     return [Executed(v.task_id, v.code, outcomes[v.key].score, outcomes[v.key].valid) for v in variants]
+
+
+def policy_samples(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
+                   build: str | None = None) -> list[SolutionVariant]:
+    """``per_task`` first-turn solutions ``policy`` (an :class:`~wmrl.agent.policy.AgentPolicy`) writes
+    for each of ``tasks`` with its sampling params, seeded by ``seed``: the distribution the world model
+    meets when a run starts. With ``build`` (the policy's build hash: the tiny default's SFT) the samples
+    are cached under it, so every run and seed from that policy samples once."""
+    from wmrl.agent.parse import parse_reply
+    from wmrl.io import atomic_write_json, read_json
+    from wmrl.world_model.variants import cache_dir
+
+    if per_task == 0:
+        return []
+    ids = [t.task_id for t in tasks]
+    params = policy.params
+    key = hashlib.sha256(json.dumps([build, ids, per_task, seed, params.temperature, params.top_p,
+                                     params.max_new_tokens]).encode()).hexdigest()[:16]
+    cached = cache_dir().parent / "policy_samples" / f"{key}.json"
+    if build is not None and cached.is_file():
+        codes = read_json(cached)
+    else:
+        prompts = [policy.first_prompt(task_id) for task_id in ids for _ in range(per_task)]
+        seeds = [int(s) for s in np.random.default_rng([seed, per_task]).integers(0, 2**31 - 1, len(prompts))]
+        generations = policy.generator.generate(prompts, params, seeds=seeds)
+        codes = [[task_id, parse_reply(g.text).code] for task_id, g in zip(
+            [task_id for task_id in ids for _ in range(per_task)], generations, strict=True)]
+        if build is not None:
+            atomic_write_json(cached, codes)
+    return [SolutionVariant(task_id, POLICY_SAMPLE, POLICY_SAMPLE, code, False, 0.0)
+            for task_id, code in codes if code]

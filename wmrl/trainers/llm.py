@@ -64,7 +64,8 @@ class LLMTrainer:
         from wmrl.agent.policy import AgentPolicy
         from wmrl.generation.data_parallel import place_on_rank
         from wmrl.learner.follower import lead
-        from wmrl.sft.data import memory_examples, run_context
+        from wmrl.models.cache import built_hash
+        from wmrl.sft.data import memory_examples, policy_samples, run_context
         from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
         from wmrl.tasks.overview import task_overview
         from wmrl.tasks.pool import load_pool, resolve_pool_root
@@ -114,9 +115,13 @@ class LLMTrainer:
             cases = {t.task_id: TaskCase.from_task(t) for t in every}
             memory = None
             if cfg.world_model.memory:
-                self._memory_offline = memory_examples(cfg, every, runtime, progress=False)
+                started = time.perf_counter()
+                samples = policy_samples(self.policy, self.train_tasks, cfg.world_model.memory_policy_samples,
+                                         cfg.world_model.seed, built_hash(self.model_path))
+                self._memory_offline = memory_examples(cfg, every, runtime, samples, progress=False)
                 memory = ExecutedMemory(self._memory_offline)
-                log.info("executed-solution memory: %d solutions of known outcome", len(memory))
+                log.info("executed-solution memory: %d solutions of known outcome (%d samples of the initial "
+                         "policy), %.1f s", len(memory), len(samples), time.perf_counter() - started)
             self.world_model = WorldModelEnvironment(self._world_model_backend(), cases, cfg.world_model,
                                                      runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus, memory)
         self.totals = RunTotals()

@@ -57,6 +57,10 @@ class WorldModelConfig:
     # it. On in the tiny default.
     memory: bool = False
     memory_online: bool = True
+    # ... and this many first-turn solutions of the initial policy per training task, executed once when a
+    # run starts (cached by content, and the samples by the policy's build hash: once per SFT, shared by
+    # every run and seed from it): the distribution the memory is asked about. 0: none.
+    memory_policy_samples: int = 0
 
     def validate(self, prefix: str = "world_model") -> None:
         check_choice(f"{prefix}.backend", self.backend, BACKENDS)
@@ -78,6 +82,7 @@ class WorldModelConfig:
         check_range(f"{prefix}.max_overview_chars", self.max_overview_chars, 100)
         check_range(f"{prefix}.temperature", self.temperature, 0.0)
         check_range(f"{prefix}.batch_size", self.batch_size, 1)
+        check_range(f"{prefix}.memory_policy_samples", self.memory_policy_samples, 0)
         check_range(f"{prefix}.fail_threshold", self.fail_threshold, 0.0, 1.0, low_open=True)
         check_range(f"{prefix}.fallback_quality", self.fallback_quality, 0.0, 1.0)
         check_range(f"{prefix}.concurrency", self.concurrency, 1)

@@ -7,9 +7,10 @@ is that regression, fitted on solutions whose real outcome is known, and it answ
 place of the LLM (``world_model.memory``, beyond the paper; the LLM still answers the other checks):
 
 - **examples**: the training tasks' references with the real scores their leaderboard runs gave them,
-  their broken variants executed once (the SFT's, cached), and, with ``world_model.memory_online``, the
-  anchor groups' executed solutions as a run goes (the distribution the world model is asked about);
-  held-out references never;
+  their broken variants executed once (the SFT's and the agent's own mistakes, cached), the initial
+  policy's own samples executed once (``world_model.memory_policy_samples``), and, with
+  ``world_model.memory_online``, the anchor groups' executed solutions as a run goes (the distribution
+  the world model is asked about); held-out references never (``wmrl.sft.data.memory_examples``);
 - **two models** over TF-IDF features (scikit-learn): P(runs and writes a valid submission) by a
   class-balanced logistic regression over the code's lines and identifier n-grams, and the score if it
   runs by a ridge regression over identifier n-grams of the valid examples;

@@ -15,7 +15,18 @@ not_installed       ``import lightgbm as lgb`` added (missing where the sandbox 
 wrong_file          ``test.csv`` read as ``test_data.csv`` (FileNotFoundError)
 crash               the training labels or test features cut short (ValueError at fit/predict)
 invalid_submission  the submission frame without its first row, or its ``id`` column renamed
+foreign_target      the submission's target column named as another task's (``"positive"`` for
+                    ``"topic"``): the agent's own mistake, not in the SFT recipe (see below)
+policy_sample       not a mutation: a solution the SFT policy wrote (``wmrl.sft.data.policy_samples``)
 ==================  =====================================================================
+
+``AGENT_MISTAKES`` are kinds mined from the rollout records of the tiny sweep (every executed
+trajectory of its six runs, tallied by error): 262 of its 299 failures are certain to the static
+pre-check (NameErrors of a model class imported under another name, syntax errors of a cut reply),
+so a run never asks the world model about them; of the 37 it leaves, the largest group is a submission
+whose target column is another task's (the policy splices one task's ending onto another's code).
+They feed the executed-solution memory only: the world model's SFT keeps ``MUTATIONS`` (the recipe
+its hash names).
 
 A reference is *held out* (kept for evaluation, never used by SFT) when a hash of its name falls in
 the held-out fraction; every reference of a held-out task is held out.
@@ -37,7 +48,11 @@ import numpy as np
 from wmrl.io import atomic_write_json
 
 MUTATIONS = ("wrong_column", "missing_import", "not_installed", "wrong_file", "crash", "invalid_submission")
+AGENT_MISTAKES = ("foreign_target",)
 REFERENCE = "reference"
+POLICY_SAMPLE = "policy_sample"
+# Target columns of the bundled tasks' submissions: what a spliced-in ending of another task names.
+_TARGET_NAMES = ("target", "positive", "topic", "digit", "malignant", "label", "had_affair", "party")
 _TARGET = re.compile(r'^(y_train = train\[")([^"]+)("\].*)$', re.MULTILINE)
 _FEATURES = re.compile(r"^FEATURES = \[('[^']+')", re.MULTILINE)
 _MODEL_IMPORT = re.compile(r"^from sklearn\.\w+(\.\w+)? import .*\n", re.MULTILINE)
@@ -56,7 +71,7 @@ class SolutionVariant:
 
     task_id: str
     reference: str  # the reference solution's name
-    kind: str  # "reference" or one of MUTATIONS
+    kind: str  # "reference", "policy_sample" or one of MUTATIONS + AGENT_MISTAKES
     code: str
     heldout: bool
     reference_score: float  # the unmodified reference's real position score (its quality)
@@ -121,7 +136,15 @@ def mutate(code: str, kind: str, rng: np.random.Generator) -> str | None:
         frame = submit.group(1)
         broken = frame + ".iloc[1:]" if rng.random() < 0.5 else frame.replace('{"id":', '{"ID":', 1)
         return code[: submit.start()] + broken + submit.group(2) + code[submit.end():]
-    raise ValueError(f"unknown mutation {kind!r}; allowed: {', '.join(MUTATIONS)}")
+    if kind == "foreign_target":
+        submit = _SUBMIT.search(code)
+        column = re.search(r'\{"id": test_ids, "([^"]+)":', submit.group(1)) if submit else None
+        if column is None:
+            return None
+        others = [name for name in _TARGET_NAMES if name != column.group(1)]
+        start, end = submit.start() + column.start(1), submit.start() + column.end(1)
+        return code[:start] + others[int(rng.integers(len(others)))] + code[end:]
+    raise ValueError(f"unknown mutation {kind!r}; allowed: {', '.join(MUTATIONS + AGENT_MISTAKES)}")
 
 
 def _held_out(name: str, fraction: float) -> bool:
@@ -139,9 +162,11 @@ def all_references(tasks: list[Any], heldout_fraction: float = 0.25) -> list[Sol
     return [reference_variant(task, ref, heldout_fraction) for task in tasks for ref in task.reference_solutions()]
 
 
-def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.25, seed: int = 0) -> list[SolutionVariant]:
+def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.25, seed: int = 0,
+                  kinds: tuple[str, ...] = MUTATIONS) -> list[SolutionVariant]:
     """For each task, ``per_task`` references spread over the leaderboard, each unmodified and with
-    every mutation that applies. Deterministic in (tasks, per_task, heldout_fraction, seed)."""
+    every mutation of ``kinds`` that applies. Deterministic in (tasks, per_task, heldout_fraction, seed,
+    kinds)."""
     out: list[SolutionVariant] = []
     for task in tasks:
         refs = task.reference_solutions()
@@ -155,7 +180,7 @@ def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.2
             out.append(unmodified)
             task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
             rng = np.random.default_rng([seed, task_seed, int(index)])
-            for kind in MUTATIONS:
+            for kind in kinds:
                 mutated = mutate(code, kind, rng)
                 if mutated is not None and mutated != code:
                     out.append(SolutionVariant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
