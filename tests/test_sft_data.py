@@ -30,7 +30,13 @@ from wmrl.tasks.layouts import load_task
 from wmrl.tasks.testing import make_wmrl_task
 from wmrl.world_model.prompts import CHECK_NAMES, WorldModelContext
 from wmrl.world_model.targets import failing_check
-from wmrl.world_model.variants import AGENT_MISTAKES, MUTATIONS, POLICY_SAMPLE, make_variants, real_outcomes
+from wmrl.world_model.variants import (
+    AGENT_MISTAKES,
+    MUTATIONS,
+    POLICY_SAMPLE,
+    make_variants,
+    real_outcomes,
+)
 from wmrl.world_model.verdict import parse_verdict
 
 bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (CI installs it)")
