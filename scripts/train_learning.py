@@ -1,7 +1,8 @@
 """Does the tiny default really learn? Before/after scores and executions of a `wmrl train` sweep's runs.
 
     wmrl sweep sweeps/tiny_train.yaml --max-parallel 2       # the runs (wmrl and grpo_real, 3 seeds)
-    python scripts/train_learning.py runs/sweeps/tiny_train  # this report
+    wmrl sweep sweeps/tiny_train_budget.yaml --max-parallel 2  # wmrl given ~half grpo_real's CPU-hours
+    python scripts/train_learning.py runs/sweeps/tiny_train runs/sweeps/tiny_train_budget  # this report
 
 For every finished run of the sweep (its ``config.yaml`` names variant and seed), the run's own
 ``evals.jsonl`` holds the mean true score of freshly sampled solutions, really executed, before the
@@ -46,16 +47,20 @@ def read_evals(run: Path) -> dict[tuple[str, str], dict]:
     return out
 
 
-def finished_runs(sweep: Path) -> dict[str, list[Path]]:
-    """Finished run directories of the sweep by variant, in seed order."""
-    by_variant: dict[str, list[tuple[int, Path]]] = {}
-    for run in sorted((sweep / "runs").iterdir()):
-        ended = run / "ENDED"
-        if not ended.is_file() or json.loads(ended.read_text()).get("reason") != "finished":
-            continue
-        cfg = yaml.safe_load((run / "config.yaml").read_text())
-        by_variant.setdefault(cfg["algorithm"]["variant"], []).append((int(cfg["algorithm"]["seed"]), run))
-    return {v: [run for _, run in sorted(runs)] for v, runs in by_variant.items()}
+def finished_runs(sweeps: list[Path]) -> dict[str, list[Path]]:
+    """Finished run directories of the sweeps by variant, in seed order. A variant that more than one of
+    the sweeps ran is labelled with each sweep's name too (``wmrl [tiny_train_budget]``)."""
+    found: dict[tuple[str, Path], list[tuple[int, Path]]] = {}
+    for sweep in sweeps:
+        for run in sorted((sweep / "runs").iterdir()):
+            ended = run / "ENDED"
+            if not ended.is_file() or json.loads(ended.read_text()).get("reason") != "finished":
+                continue
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            found.setdefault((cfg["algorithm"]["variant"], sweep), []).append((int(cfg["algorithm"]["seed"]), run))
+    variants = [variant for variant, _ in found]
+    return {(variant if variants.count(variant) == 1 else f"{variant} [{sweep.name}]"): [run for _, run in sorted(rs)]
+            for (variant, sweep), rs in found.items()}
 
 
 def wall_minutes(run: Path) -> float:
@@ -141,15 +146,16 @@ def world_model_in_run(run: Path) -> dict | None:
 def world_model_table(runs: dict[str, list[Path]]) -> list[str]:
     lines = [("| run | submissions | settled by pre-check | JSON fallback | anchor pairs | r_hat mean (sd) "
              "| distinct r_hat | executed r mean | Pearson(r_hat, r) |"), "|---|---|---|---|---|---|---|---|---|"]
-    for rs in runs.values():
+    for label, rs in runs.items():
         for run in rs:
             w = world_model_in_run(run)
             if w is None:
                 continue
+            name = run.name if "[" not in label else f"{run.name} [{run.parent.parent.name}]"
             pre = "-" if w["precheck_rate"] is None else f"{w['precheck_rate']:.1%}"
             fallback = "-" if w["parse_fallback_rate"] is None else f"{w['parse_fallback_rate']:.1%}"
             corr = "undefined (r_hat constant)" if math.isnan(w["pearson_r_hat_r"]) else f"{w['pearson_r_hat_r']:.3f}"
-            lines.append(f"| {run.name} | {w['submissions']:.0f} | {pre} | {fallback} | {w['pairs']} | "
+            lines.append(f"| {name} | {w['submissions']:.0f} | {pre} | {fallback} | {w['pairs']} | "
                          f"{w['r_hat_mean']:.3f} ({w['r_hat_sd']:.3f}) | {w['distinct_r_hat']} | {w['r_mean']:.3f} | "
                          f"{corr} |")
     return lines
@@ -157,17 +163,18 @@ def world_model_table(runs: dict[str, list[Path]]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", nargs="?", default=str(REPO / "runs" / "sweeps" / "tiny_train"))
+    parser.add_argument("sweeps", nargs="*", default=[str(REPO / "runs" / "sweeps" / "tiny_train")],
+                        help="sweep directories (default runs/sweeps/tiny_train)")
     parser.add_argument("--out", default=str(REPO / "results" / "train"))
     parser.add_argument("--note", default="", help="what shared the machine with the runs (for the wall times)")
     parser.add_argument("--reference-run", action="append", default=[], metavar="RUN_DIR",
                         help=f"a finished {REFERENCE} run of another sweep, for the execution ratio when this "
                              "sweep has none (repeatable)")
     args = parser.parse_args()
-    sweep, out = Path(args.sweep), Path(args.out)
-    runs = finished_runs(sweep)
+    sweeps, out = [Path(s) for s in args.sweeps], Path(args.out)
+    runs = finished_runs(sweeps)
     if not runs:
-        print(f"no finished run under {sweep}/runs", file=sys.stderr)
+        print(f"no finished run under {', '.join(f'{s}/runs' for s in sweeps)}", file=sys.stderr)
         return 1
     executed = {v: [json.loads((r / "progress.json").read_text())["executions"] for r in rs] for v, rs in runs.items()}
     if args.reference_run and REFERENCE not in executed:
@@ -208,7 +215,7 @@ def main() -> int:
         "# Does the tiny default learn?\n\nMean true score of freshly sampled solutions, really executed "
         "(per seed: the mean over tasks x k samples of one evaluation; then mean ± standard error over "
         "seeds). Gain = after - before, per seed.\n\n"
-        f"Runs: `wmrl sweep sweeps/tiny_train.yaml --max-parallel 2`; report: "
+        "Runs: " + "; ".join(f"`wmrl sweep sweeps/{s.name}.yaml --max-parallel 2`" for s in sweeps) + "; report: "
         f"`python scripts/train_learning.py {shlex.join(sys.argv[1:])}`.\n\n" + "\n".join(header + table) +
         f"\n\nWall time per run (one torch thread each, 2 cores): {walls}. {args.note}\n"
         "\n## Compute\n\nCPU-hours = the measured seconds of every phase of the run (generation, world model, "

@@ -52,3 +52,25 @@ def test_a_variant_that_never_reaches_grpo_reals_final_score_says_so(tmp_path: P
     runs = {"grpo_real": [_run(tmp_path, "g", 0.5, {0: 0.2, 4: 0.8})], "wmrl": [_run(tmp_path, "w", 0.1, {0: 0.2, 4: 0.5})]}
     rows, lines = tl.compute_table(runs)
     assert rows[1]["cpu_hours_to_grpo_real_final"] is None and "not reached" in lines[3]
+
+
+def _finished(sweep: Path, variant: str, seed: int, reason: str = "finished") -> Path:
+    run = sweep / "runs" / f"{variant}_s{seed}"
+    run.mkdir(parents=True)
+    (run / "ENDED").write_text(json.dumps({"reason": reason}))
+    (run / "config.yaml").write_text(f"algorithm:\n  variant: {variant}\n  seed: {seed}\n")
+    return run
+
+
+def test_runs_of_several_sweeps_are_told_apart_where_a_variant_is_in_more_than_one(tmp_path: Path):
+    """The budget sweep's wmrl runs beside tiny_train's: grpo_real keeps its name (the reference every
+    ratio reads), each sweep's wmrl is labelled with its sweep; unfinished runs are left out."""
+    tl = _script()
+    main, budget = tmp_path / "tiny_train", tmp_path / "tiny_train_budget"
+    grpo = [_finished(main, "grpo_real", s) for s in (1, 0)]
+    wmrl = [_finished(main, "wmrl", 0)]
+    longer = [_finished(budget, "wmrl", s) for s in (0, 1)]
+    _finished(budget, "wmrl", 2, reason="cancelled")
+    runs = tl.finished_runs([main, budget])
+    assert runs == {"grpo_real": grpo[::-1], "wmrl [tiny_train]": wmrl, "wmrl [tiny_train_budget]": longer}
+    assert tl.finished_runs([budget]) == {"wmrl": longer}
