@@ -69,8 +69,8 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="write the table here (Markdown) and beside it as .json")
     args = parser.parse_args()
     rows = [repeats(Path(r)) for r in args.runs]
-    lines = ["| run | executions | distinct codes | codes run more than once (of which with differing scores) "
-             "| CPU-hours | with a content cache (estimate) |", "|---|---|---|---|---|---|"]
+    lines = [("| run | executions | distinct codes | codes run more than once (of which with differing scores) "
+             "| CPU-hours | with a content cache (estimate) |"), "|---|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {r['executions']} | {r['distinct']} ({r['distinct'] / max(1, r['executions']):.0%}) | "
               f"{r['codes_run_more_than_once']} ({r['repeated_with_differing_scores']}) | {r['cpu_hours']:.3f} | {r['cpu_hours_with_cache']:.3f} "
               f"({r['cpu_hours_with_cache'] / r['cpu_hours']:.0%}) |" for r in rows]
