@@ -54,6 +54,28 @@ def test_new_code_is_ranked_by_what_its_executed_neighbours_scored():
     assert all(0.0 <= q <= 1.0 for q in quality) and len(set(quality)) == 3  # graded, not buckets
 
 
+def test_a_line_right_in_one_task_and_wrong_in_another_is_told_apart_by_task():
+    """The agent's foreign_target mistake: one task's submission line written in another task's code.
+    Each target column is valid in its own task and invalid in the other; no weight of a column alone
+    can say so, only its pairing with the task."""
+    targets = {"a": "label_a", "b": "label_b"}
+
+    def solution(i: int, column: str) -> str:
+        return program("GradientBoostingRegressor", i).replace('"y": model', f'"{column}": model')
+
+    examples = []
+    for i in range(6):
+        for task, own in targets.items():
+            other = next(column for t, column in targets.items() if t != task)
+            examples += [Executed(task, solution(i, own), 0.8, True), Executed(task, solution(i, other), 0.0, False)]
+    memory = ExecutedMemory(examples)
+    predictions = memory.predict(["a", "b", "b", "a"], [solution(9, "label_a"), solution(9, "label_b"),
+                                                        solution(9, "label_a"), solution(9, "label_b")])
+    assert not any(p.exact for p in predictions)
+    own_a, own_b, foreign_in_b, foreign_in_a = (p.p_valid for p in predictions)
+    assert min(own_a, own_b) > 0.5 > max(foreign_in_a, foreign_in_b)
+
+
 def test_a_mistake_the_memory_saw_fail_lowers_the_prediction():
     memory = ExecutedMemory(executed())
     runs, crashes = memory.predict(["t", "t"], [program("GradientBoostingRegressor", 9),

@@ -12,8 +12,9 @@ place of the LLM (``world_model.memory``, beyond the paper; the LLM still answer
   ``world_model.memory_online``, the anchor groups' executed solutions as a run goes (the distribution
   the world model is asked about); held-out references never (``wmrl.sft.data.memory_examples``);
 - **two models** over TF-IDF features (scikit-learn): P(runs and writes a valid submission) by a
-  class-balanced logistic regression over the code's lines and identifier n-grams, and the score if it
-  runs by a ridge regression over identifier n-grams of the valid examples;
+  class-balanced logistic regression over the code's lines (each also paired with its task: a
+  submission line naming one task's target column is right there and wrong elsewhere) and identifier
+  n-grams, and the score if it runs by a ridge regression over identifier n-grams of the valid examples;
 - **the answer**: q = P(valid) x score-if-valid, clipped to [0, 1]: continuous, so the isotonic map has a
   graded r_hat to calibrate; a solution the memory holds verbatim gets its real score (exact).
 
@@ -66,6 +67,14 @@ def code_lines(code: str) -> list[str]:
 
 def _task_token(task_id: str) -> str:
     return "TASK_" + re.sub(r"\W", "_", task_id)
+
+
+def task_lines(document: str) -> list[str]:
+    """A document's code lines, each also paired with its task (the first line): a line that is right in
+    one task (a submission naming its target column) and wrong in another stays two features."""
+    task, _, code = document.partition("\n")
+    lines = code_lines(code)
+    return lines + [f"{task}|{line}" for line in lines]
 
 
 @dataclass(frozen=True)
@@ -126,11 +135,12 @@ class ExecutedMemory:
         valid = np.array([e.valid for e in self.examples], dtype=bool)
         scores = np.array([e.score for e in self.examples], dtype=float)
         words = TfidfVectorizer(token_pattern=IDENTIFIER_TOKENS, sublinear_tf=True, ngram_range=(1, 3)).fit(docs)
-        lines = TfidfVectorizer(analyzer=code_lines, binary=True).fit([e.code for e in self.examples])
+        line_docs = [f"{_task_token(e.task_id)}\n{e.code}" for e in self.examples]
+        lines = TfidfVectorizer(analyzer=task_lines, binary=True).fit(line_docs)
         x_words = words.transform(docs)
         classifier: Any = float(valid.mean())  # one class only: its rate is the prediction
         if 0 < valid.sum() < len(valid):
-            x = hstack([lines.transform([e.code for e in self.examples]), x_words]).tocsr()
+            x = hstack([lines.transform(line_docs), x_words]).tocsr()
             classifier = LogisticRegression(C=self.c_valid, class_weight="balanced", max_iter=5000).fit(x, valid)
         regressor: Any = 0.5  # nothing valid to learn a score from: the calibration policy's prior
         if valid.any():
@@ -151,7 +161,8 @@ class ExecutedMemory:
         if isinstance(classifier, float):
             p_valid = np.full(len(codes), classifier)
         else:
-            p_valid = classifier.predict_proba(hstack([lines.transform(codes), x_words]).tocsr())[:, 1]
+            line_docs = [f"{_task_token(t)}\n{c}" for t, c in zip(task_ids, codes, strict=True)]
+            p_valid = classifier.predict_proba(hstack([lines.transform(line_docs), x_words]).tocsr())[:, 1]
         score = np.full(len(codes), regressor) if isinstance(regressor, float) else regressor.predict(x_words)
         score = np.clip(score, 0.0, 1.0)
         out = []
