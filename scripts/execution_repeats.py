@@ -9,12 +9,13 @@ final code, score and execution seconds) and its ``metrics.jsonl``:
 - executions, distinct (task, code) among them, and how many codes ran more than once with differing
   scores (0 means the repeats were deterministic: a cache returning the first outcome would have given
   every trajectory the same reward, so the run would have learned exactly the same);
-- CPU-hours as measured, and with a content cache: each step's execution-phase seconds scaled by the
-  share of that step's execution seconds spent on code not executed before in the run (the phase runs
-  on two workers, so this is an estimate of the phase's wall time, not a measurement).
+- CPU-hours as measured, and with a content cache (``launch.reuse_executions``): a step's execution
+  seconds are the sum of its executions' measured seconds, so each step's are scaled by the share spent
+  on code not executed before in the run (a code's first execution kept, with its own seconds).
 
-A counterfactual from the run's own records, not a run with a cache: it says what such a baseline
+A counterfactual from the run's own records, not a run with the cache: it says what such a baseline
 would cost, so that a compute saving is not credited to the world model that a cache would give too.
+Where the repeats were deterministic, the run with the cache learns exactly the same.
 """
 
 from __future__ import annotations

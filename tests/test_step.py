@@ -126,7 +126,24 @@ def test_grpo_real_executes_every_group_and_calls_no_world_model():
     done = small_run("grpo_real").step()
     assert done.executed.all() and len(done.executed) == 8
     assert np.isnan(done.r_hat).all() and done.wm_calls == 0
-    assert done.executions == 8 * 4
+    assert done.executions == 8 * 4 and done.reused_executions == 0
+
+
+def test_the_step_counts_the_executions_an_earlier_one_answered():
+    class Reusing:  # every other feedback an earlier execution's, as launch.reuse_executions returns it
+        def __init__(self, env) -> None:
+            self.env, self.role = env, env.role
+
+        def evaluate(self, submissions):
+            out = self.env.evaluate(submissions)
+            for fb in out[::2]:
+                fb.details = {**fb.details, "reused": "earlier-request"}
+            return out
+
+    run = small_run("grpo_real")
+    run.execution = Reusing(run.execution)
+    done = run.step()
+    assert done.executions == 32 and done.reused_executions == 16
 
 
 def test_groups_a_variant_does_not_train_on_are_not_rolled_out():
@@ -290,3 +307,47 @@ def test_executed_environment_refuses_a_key_that_is_not_four_integers():
     with pytest.raises(ValueError, match="step/group/trajectory/turn"):
         ExecutedEnvironment(ScriptedRunner(), "run1", 20.0, LaunchConfig()).evaluate(
             [Submission("3/0/pair", "t", "x")])
+
+
+def test_reused_executions_run_each_code_once_per_task_and_cost_nothing_after():
+    """launch.reuse_executions: a batch's copies of one code run once, a later batch's copy not at all,
+    and the same code for another task is another program; each feedback keeps its own key."""
+    from wmrl.rollout import Submission
+
+    runner = ScriptedRunner()
+    env = ExecutedEnvironment(runner, "run1", 20.0, LaunchConfig(reuse_executions=True))
+    feedback = env.evaluate(_subs())  # six copies of one code, one task
+    assert len(runner.seen) == 1 and [fb.key for fb in feedback] == [s.key for s in _subs()]
+    ran = runner.seen[0].request_id
+    assert [fb.score for fb in feedback] == [0.5] * 6 and [fb.seconds for fb in feedback] == [7.0] + [0.0] * 5
+    assert "reused" not in feedback[0].details and {fb.details["reused"] for fb in feedback[1:]} == {ran}
+    later = env.evaluate([Submission("4/0/0/1", "task-a", "print(0.5)"), Submission("4/0/1/1", "task-b", "print(0.5)")])
+    assert [r.task_id for r in runner.seen[1:]] == ["task-b"]  # task-a's copy was not run again
+    assert later[0].details["reused"] == ran and later[0].seconds == 0.0 and later[1].seconds == 7.0
+    assert env.reused == 6
+
+
+def test_a_code_whose_execution_failed_is_not_reused_and_runs_again():
+    from wmrl.rollout import Submission
+
+    runner = ScriptedRunner(fail_group=0)
+    env = ExecutedEnvironment(runner, "run1", 20.0, LaunchConfig(reuse_executions=True))
+    first = env.evaluate([Submission(f"3/0/{i}/1", "task-a", "print(0.5)") for i in range(2)])
+    assert [fb.score for fb in first] == [None, None] and len(runner.seen) == 1 and env.reused == 0
+    again = env.evaluate([Submission("4/1/0/1", "task-a", "print(0.5)")])
+    assert len(runner.seen) == 2 and again[0].score == 0.5 and "reused" not in again[0].details
+
+
+def test_without_reuse_every_copy_runs():
+    env = ExecutedEnvironment(runner := ScriptedRunner(), "run1", 20.0, LaunchConfig())
+    assert all(fb.seconds == 7.0 for fb in env.evaluate(_subs())) and len(runner.seen) == 6
+
+
+def test_the_run_totals_count_reused_executions_and_read_checkpoints_from_before_them():
+    from wmrl.trainers.common import RunTotals
+
+    totals = RunTotals(executions=8, reused_executions=5)
+    assert RunTotals.from_dict(totals.to_dict()) == totals
+    old = {k: v for k, v in totals.to_dict().items() if k != "reused_executions"}
+    assert RunTotals.from_dict(old).reused_executions == 0
+    assert totals.as_metrics()["reused_executions"] == 5.0 and totals.progress()["reused_executions"] == 5

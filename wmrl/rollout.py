@@ -18,6 +18,7 @@ writes code, a prompted LLM world model, the DeepSpeed GRPO learner).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +28,12 @@ import numpy as np
 EXECUTED = "executed"  # role of an anchor group: every turn really executed, true score r
 WORLD_MODEL = "world_model"  # role of a world-model group: every turn predicted, score r_hat
 ROLES = (EXECUTED, WORLD_MODEL)
+
+
+def content_key(task_id: str, code: str) -> str:
+    """A solution's identity by content: the outcome caches' file name, the memory's and the executed
+    environment's lookup key (the same code for the same task is the same program)."""
+    return hashlib.sha256(f"{task_id}\0{code}".encode()).hexdigest()[:24]
 
 
 PAIR_TURN = "pair"  # the turn field of an anchor trajectory's final solution scored by the world model

@@ -110,6 +110,7 @@ class StepResult:
     seconds: dict[str, float] = field(default_factory=dict)  # measured, per phase
     tokens: dict[str, int] = field(default_factory=dict)  # measured, per phase
     learner: dict[str, float] = field(default_factory=dict)  # what Learner.update returned
+    reused_executions: int = 0  # of the executions, answered by an earlier one (launch.reuse_executions)
 
 
 # --------------------------------------------------------------------------- the step
@@ -198,6 +199,7 @@ def wmrl_step(
         r=r, r_hat=r_hat, scores=scores, advantages=advantages, weights=weights, rho=rho, pairs=len(pairs),
         refitted=refitted, updated=updated, executions=len(executed_subs),
         failed_executions=sum(fb.score is None for fb in executed_subs), wm_calls=wm_subs + wm_pair_calls,
+        reused_executions=sum("reused" in fb.details and fb.score is not None for fb in executed_subs),
         seconds={**{p: float(sum(t.seconds.get(p, 0.0) for t in flat)) for p in PHASES[:3]}, "update": update_seconds},
         tokens={p: int(sum(t.tokens.get(p, 0) for t in flat)) for p in PHASES},
         learner=learner_metrics,

@@ -56,6 +56,9 @@ class LaunchConfig:
     # When checkpoints exist but none verifies, restart from step 0 (loudly: console, event log,
     # `wmrl status`) or, with false, refuse to start.
     restart_without_checkpoint: bool = True
+    # A code the run already executed for the same task is not executed again: its outcome is reused
+    # (wmrl/orchestration/executed.py). Right only where a program's outcome is a function of its code.
+    reuse_executions: bool = False
 
     # ---- Slurm submission (launch.executor=slurm; see docs/orchestration.md). "" / 0 = not requested.
     partition: str = ""

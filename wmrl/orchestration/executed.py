@@ -7,17 +7,25 @@ work and nothing is counted twice), go through the run's execution service (the 
 :class:`~wmrl.rollout.Feedback` with the *measured* seconds the worker recorded. A request the workers
 gave up on, or that missed the deadline, is feedback with ``score=None`` (an infrastructure failure,
 never a property of the code): the step drops its group from training.
+
+With ``launch.reuse_executions`` a code this environment already ran for the same task is not run
+again: its earlier outcome comes back (``details["reused"]`` names the request that ran it, and it
+costs no execution seconds), and a code submitted twice in one batch runs once. Only for programs whose
+outcome is a function of their code (seeded): a small policy repeats itself, and re-running the same
+program then dominates the cost of real execution (results/train/execution_repeats.md). Kept in memory:
+a restarted coordinator runs a code again the first time it meets it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.rollout import EXECUTED, Feedback, Submission
+from wmrl.rollout import EXECUTED, Feedback, Submission, content_key
 
 NO_RESULT = "The execution infrastructure gave up on this attempt; it is not counted."
 
@@ -35,6 +43,8 @@ class ExecutedEnvironment:
 
     def __init__(self, runner: Runner, run_id: str, timeout_s: float, launch: LaunchConfig) -> None:
         self.runner, self.run_id, self.timeout_s, self.launch = runner, run_id, timeout_s, launch
+        self.reused = 0  # submissions answered by an earlier execution (launch.reuse_executions)
+        self._outcomes: dict[str, Feedback] = {}  # content key -> the feedback of its scored execution
 
     def deadline_s(self, n_requests: int) -> float:
         """How long a batch may take: every round of workers may need all its attempts and leases."""
@@ -44,8 +54,29 @@ class ExecutedEnvironment:
     def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
         if not submissions:
             return []
+        if not self.launch.reuse_executions:
+            return self._execute(list(submissions))
+        keys = [content_key(s.task_id, s.code) for s in submissions]
+        first: dict[str, Submission] = {}  # each new code once, its first submission's request running it
+        for key, sub in zip(keys, submissions, strict=True):
+            if key not in self._outcomes:
+                first.setdefault(key, sub)
+        ran = dict(zip(first, self._execute(list(first.values())), strict=True))
+        self._outcomes.update({key: fb for key, fb in ran.items() if fb.score is not None})
+        out = []
+        for key, sub in zip(keys, submissions, strict=True):
+            if sub is first.get(key):
+                out.append(ran[key])
+                continue
+            earlier = self._outcomes.get(key, ran.get(key))  # a failed first run: its copies failed too
+            out.append(replace(earlier, key=sub.key, seconds=0.0,
+                               details={**earlier.details, "reused": earlier.details.get("request_id")}))
+            self.reused += earlier.score is not None
+        return out
+
+    def _execute(self, submissions: list[Submission]) -> list[Feedback]:
         requests = [self.request(s) for s in submissions]
-        done = self.runner.execute(requests, self.deadline_s(len(requests)))
+        done = self.runner.execute(requests, self.deadline_s(len(requests))) if requests else {}
         return [to_feedback(s.key, done.get(r.request_id)) for s, r in zip(submissions, requests, strict=True)]
 
     def request(self, sub: Submission) -> ExecutionRequest:

@@ -28,6 +28,7 @@ class RunTotals:
     wm_calls: int = 0
     seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES})
     tokens: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PHASES})
+    reused_executions: int = 0  # of the executions, an earlier one's outcome (launch.reuse_executions)
 
     def charge(self, done: StepResult, extra_seconds: Mapping[str, float] | None = None) -> None:
         for phase, value in {**done.seconds, **(extra_seconds or {})}.items():
@@ -36,6 +37,7 @@ class RunTotals:
             self.tokens[phase] = self.tokens.get(phase, 0) + int(value)
         self.executions += done.executions
         self.failed_executions += done.failed_executions
+        self.reused_executions += done.reused_executions
         self.wm_calls += done.wm_calls
 
     @property
@@ -45,23 +47,25 @@ class RunTotals:
     def as_metrics(self) -> dict[str, float]:
         return {
             "executions": float(self.executions), "failed_executions": float(self.failed_executions),
-            "wm_calls": float(self.wm_calls), "compute_hours": self.compute_hours,
+            "reused_executions": float(self.reused_executions), "wm_calls": float(self.wm_calls), "compute_hours": self.compute_hours,
             **{f"seconds_{p}": v for p, v in self.seconds.items()},
             **{f"tokens_{p}": float(v) for p, v in self.tokens.items()},
         }
 
     def progress(self) -> dict[str, Any]:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
-                "compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()}}
+                "reused_executions": self.reused_executions, "compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()}}
 
     def to_dict(self) -> dict[str, Any]:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
-                "wm_calls": self.wm_calls, "seconds": dict(self.seconds), "tokens": dict(self.tokens)}
+                "wm_calls": self.wm_calls, "seconds": dict(self.seconds), "tokens": dict(self.tokens),
+                "reused_executions": self.reused_executions}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunTotals:
         return cls(int(data["executions"]), int(data["failed_executions"]), int(data["wm_calls"]),
-                   dict(data["seconds"]), dict(data["tokens"]))
+                   dict(data["seconds"]), dict(data["tokens"]),
+                   int(data.get("reused_executions", 0)))  # absent from the checkpoints before round 10
 
 
 def write_run_plots(cfg: Any, calibrator: Calibrator | None, directory: Path, metrics: list[dict[str, Any]],

@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 
 from wmrl.io import append_line_durable, atomic_write_text
-from wmrl.rollout import Groups
+from wmrl.rollout import Groups, content_key
 from wmrl.world_model.prompts import QUALITY
-from wmrl.world_model.variants import content_key
 from wmrl.world_model.verdict import CheckVerdict
 
 MEMORY = "memory"

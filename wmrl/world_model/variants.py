@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from wmrl.io import atomic_write_json
+from wmrl.rollout import content_key
 
 MUTATIONS = ("wrong_column", "missing_import", "not_installed", "wrong_file", "crash", "invalid_submission")
 AGENT_MISTAKES = ("foreign_target",)
@@ -57,11 +58,6 @@ _TARGET = re.compile(r'^(y_train = train\[")([^"]+)("\].*)$', re.MULTILINE)
 _FEATURES = re.compile(r"^FEATURES = \[('[^']+')", re.MULTILINE)
 _MODEL_IMPORT = re.compile(r"^from sklearn\.\w+(\.\w+)? import .*\n", re.MULTILINE)
 _SUBMIT = re.compile(r'^(pd\.DataFrame\(\{"id": test_ids, [^}]+\}\))(\.to_csv\(SUBMISSION_PATH.*)$', re.MULTILINE)
-
-
-def content_key(task_id: str, code: str) -> str:
-    """A solution's identity by content: the outcome cache's file name, the memory's lookup key."""
-    return hashlib.sha256(f"{task_id}\0{code}".encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
