@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 from wmrl.config import load_config
 
@@ -104,13 +105,7 @@ def test_the_two_scales_differ_only_in_model_size_settings():
 
 
 def _smoke_script():
-    import importlib.util
-
-    path = CONFIGS.parent / "scripts" / "gpu_smoke_step.py"
-    spec = importlib.util.spec_from_file_location("gpu_smoke_step", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_smoke_step")
 
 
 @pytest.mark.slow  # building the model on the meta device still takes ~30 s on 2 shared cores

@@ -5,20 +5,15 @@ step's execution phase removed)."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "execution_repeats.py"
+from script_support import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("execution_repeats", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("execution_repeats")
 
 
 def _step(run: Path, step: int, trajectories: list[tuple[str, str, str, float, float]]) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_support import load_script
 
 from wmrl.sweep.plan_check import check_plan
 
@@ -61,9 +61,7 @@ def test_tables_without_a_common_setting_are_an_error(tmp_path):
 
 
 def test_the_script_writes_the_report(tables, tmp_path):
-    spec = importlib.util.spec_from_file_location("check_plan", Path(__file__).parents[1] / "scripts" / "check_plan.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("check_plan")
     out = tmp_path / "check.md"
     assert script.main([str(tables[0].parent), str(tables[1]), "--out", str(out)]) == 0
     assert "## Ordering by final score (best first)" in out.read_text()

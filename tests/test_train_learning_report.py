@@ -3,20 +3,15 @@ grpo_real's score at a variant's CPU-hours, read from the run directories a `wmr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_learning.py"
+from script_support import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("train_learning", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_learning")
 
 
 def _run(root: Path, name: str, hours_per_step: float, scores: dict[int, float]) -> Path:
