@@ -261,11 +261,11 @@ def policy_samples(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
     if build is not None and cached.is_file():
         codes = read_json(cached)
     else:
-        prompts = [policy.first_prompt(task_id) for task_id in ids for _ in range(per_task)]
+        drawn_for = [task_id for task_id in ids for _ in range(per_task)]
+        prompts = [policy.first_prompt(task_id) for task_id in drawn_for]
         seeds = [int(s) for s in np.random.default_rng([seed, per_task]).integers(0, 2**31 - 1, len(prompts))]
         generations = policy.generator.generate(prompts, params, seeds=seeds)
-        codes = [[task_id, parse_reply(g.text).code] for task_id, g in zip(
-            [task_id for task_id in ids for _ in range(per_task)], generations, strict=True)]
+        codes = [[task_id, parse_reply(g.text).code] for task_id, g in zip(drawn_for, generations, strict=True)]
         if build is not None:
             atomic_write_json(cached, codes)
     return [SolutionVariant(task_id, POLICY_SAMPLE, POLICY_SAMPLE, code, False, 0.0)

@@ -122,19 +122,22 @@ class ExecutedMemory:
             self._fitted = None
         return new
 
-    def _documents(self, task_ids: list[str], codes: list[str]) -> list[str]:
-        return [f"{_task_token(t)} {c}" for t, c in zip(task_ids, codes, strict=True)]
+    def _documents(self, task_ids: list[str], codes: list[str], separator: str = " ") -> list[str]:
+        """Each code after its task token: one text for the n-grams (" "), or the task as the first line
+        for ``task_lines`` ("\n")."""
+        return [f"{_task_token(t)}{separator}{c}" for t, c in zip(task_ids, codes, strict=True)]
 
     def _fit(self) -> tuple[Any, ...]:
         from scipy.sparse import hstack
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression, Ridge
 
-        docs = self._documents([e.task_id for e in self.examples], [e.code for e in self.examples])
+        task_ids, codes = [e.task_id for e in self.examples], [e.code for e in self.examples]
+        docs = self._documents(task_ids, codes)
         valid = np.array([e.valid for e in self.examples], dtype=bool)
         scores = np.array([e.score for e in self.examples], dtype=float)
         words = TfidfVectorizer(token_pattern=IDENTIFIER_TOKENS, sublinear_tf=True, ngram_range=(1, 3)).fit(docs)
-        line_docs = [f"{_task_token(e.task_id)}\n{e.code}" for e in self.examples]
+        line_docs = self._documents(task_ids, codes, "\n")
         lines = TfidfVectorizer(analyzer=task_lines, binary=True).fit(line_docs)
         x_words = words.transform(docs)
         classifier: Any = float(valid.mean())  # one class only: its rate is the prediction
@@ -160,8 +163,8 @@ class ExecutedMemory:
         if isinstance(classifier, float):
             p_valid = np.full(len(codes), classifier)
         else:
-            line_docs = [f"{_task_token(t)}\n{c}" for t, c in zip(task_ids, codes, strict=True)]
-            p_valid = classifier.predict_proba(hstack([lines.transform(line_docs), x_words]).tocsr())[:, 1]
+            x = hstack([lines.transform(self._documents(task_ids, codes, "\n")), x_words]).tocsr()
+            p_valid = classifier.predict_proba(x)[:, 1]
         score = np.full(len(codes), regressor) if isinstance(regressor, float) else regressor.predict(x_words)
         score = np.clip(score, 0.0, 1.0)
         out = []
