@@ -177,8 +177,8 @@ def _markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
         f"{args.threads} torch thread(s); load average after: "
         + ", ".join(f"{x:.1f}" for x in report["load_avg_after"]) + ".",
         "",
-        "| head | loss tokens | chunk | peak added (GiB) | bytes / (token or chunk row x vocab) | seconds "
-        "| load avg (1 min) at its end |",
+        ("| head | loss tokens | chunk | peak added (GiB) | bytes / (token or chunk row x vocab) | seconds "
+        "| load avg (1 min) at its end |"),
         "|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
@@ -192,9 +192,9 @@ def _markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
                      f"{r['head_peak_bytes'] / cells:.1f} | {r['seconds']:.1f} | {_load(r)} |")
     per_cell = report["full_bytes_per_token_vocab"]
     if per_cell:
-        lines += ["", f"Full head: {per_cell:.1f} bytes per token x vocab (least-squares over the measured "
+        lines += ["", (f"Full head: {per_cell:.1f} bytes per token x vocab (least-squares over the measured "
                       "lengths): the whole sequence's logits and their softmax live at once. Chunked: the peak "
-                      "follows the chunk, not the number of loss tokens."]
+                      "follows the chunk, not the number of loss tokens.")]
     for r in report["rows"]:
         same = [c for c in report["rows"]
                 if c["mode"] == "chunked" and c["tokens"] == r["tokens"] and "skipped" not in c]

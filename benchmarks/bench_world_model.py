@@ -129,12 +129,12 @@ def main() -> None:
               f"({record['prompt_tokens_total']} in all). Model: {which}. {record['cpus']} CPUs, a shared machine "
               f"(load average in the table). Command: `nice -n 19 python benchmarks/bench_world_model.py`."), "",
              f"Verdict JSON of every submission identical before and after: **{identical}**.", "",
-             "| torch threads | CPU s/step before | CPU s/step after | CPU speed-up | wall s/step before | "
-             "wall s/step after | wall speed-up |", "|---|---|---|---|---|---|---|"]
+             ("| torch threads | CPU s/step before | CPU s/step after | CPU speed-up | wall s/step before | "
+             "wall s/step after | wall speed-up |"), "|---|---|---|---|---|---|---|"]
     lines += [f"| {s['threads']} | {s['cpu_s_before']} | {s['cpu_s_after']} | **{s['cpu_speedup']}x** | "
               f"{s['wall_s_before']} | {s['wall_s_after']} | {s['wall_speedup']}x |" for s in summary]
-    lines += ["", "| variant | threads | repeat | calls | CPU s | wall s | calls per CPU-s | calls/s (wall) "
-              "| load avg |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", ("| variant | threads | repeat | calls | CPU s | wall s | calls per CPU-s | calls/s (wall) "
+              "| load avg |"), "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['variant']} | {r['threads']} | {r['repeat']} | {r['calls']} | {r['cpu_s']} | {r['wall_s']} | "
               f"{r['calls_per_cpu_s']} | {r['calls_per_s_wall']} | {r['load_avg_1min']} |" for r in rows]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")

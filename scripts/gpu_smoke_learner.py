@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         traj = trajectory(tokens, generated, cfg.agent.max_turns, cfg.agent.observation_tokens, counts.vocab_size)
         # What every learner process pays before its first tensor (DeepSpeed's modules, the process
         # group) is not the learner's memory: started before the baseline.
-        import deepspeed.runtime.engine  # noqa: F401
-        import deepspeed.runtime.zero.stage3  # noqa: F401
+        import deepspeed.runtime.engine
+        import deepspeed.runtime.zero.stage3
         import deepspeed.runtime.zero.stage_1_and_2  # noqa: F401
 
         from wmrl.learner.distributed import init_distributed

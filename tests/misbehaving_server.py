@@ -103,7 +103,7 @@ def misbehaving_server(modes: Sequence[str] | str = ("ok",), drip_s: float = 1.0
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 - the http.server spelling
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             mode = modes[int(hashlib.sha256(body).hexdigest(), 16) % len(modes)]
             with lock:

@@ -21,7 +21,7 @@ SCRIPT = Path(__file__).with_name("generation_script.py")
 
 
 def test_shares_cover_every_request_once_in_order_sizes_within_one():
-    for n in range(0, 12):
+    for n in range(12):
         for world in (1, 2, 3, 7):
             parts = [share(n, r, world) for r in range(world)]
             assert [i for p in parts for i in p] == list(range(n))

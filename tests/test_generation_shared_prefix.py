@@ -135,10 +135,10 @@ def test_models_whose_caches_would_see_the_padding_use_the_plain_generator(gener
 # ---- the world model's verdicts, with and without the shared prefix (the must-show) ----
 
 CODES = [
-    "import pandas as pd\ntrain = pd.read_csv(f'{DATA_DIR}/train.csv')\n"
-    "train[['id', 'y']].to_csv(SUBMISSION_PATH, index=False)\n",
-    "import pandas as pd\ntrain = pd.read_csv(f'{DATA_DIR}/train.csv')\nprint(len(train))\n"
-    "train[['id', 'x']].to_csv(SUBMISSION_PATH, index=False)\n",
+    ("import pandas as pd\ntrain = pd.read_csv(f'{DATA_DIR}/train.csv')\n"
+    "train[['id', 'y']].to_csv(SUBMISSION_PATH, index=False)\n"),
+    ("import pandas as pd\ntrain = pd.read_csv(f'{DATA_DIR}/train.csv')\nprint(len(train))\n"
+    "train[['id', 'x']].to_csv(SUBMISSION_PATH, index=False)\n"),
 ]
 
 

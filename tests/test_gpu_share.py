@@ -18,8 +18,8 @@ import pytest
 
 from wmrl.config import load_config, to_yaml
 from wmrl.config_checks import ConfigError
-from wmrl.orchestration.executed import to_feedback
 from wmrl.orchestration.config import LaunchConfig
+from wmrl.orchestration.executed import to_feedback
 from wmrl.orchestration.gpu_share import array_tasks, slot_env, slots_per_task
 from wmrl.orchestration.records import ExecutionRequest
 from wmrl.orchestration.rundir import create_run_dir
@@ -217,8 +217,8 @@ def test_mps_modes_are_named_and_own_without_the_control_binary_says_what_to_do(
     with pytest.raises(ConfigError, match=r"launch.mps='always' is not allowed; choose one of: off, own, site"):
         load_config(None, ["run_name=t", "launch.mps=always"])
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # the fake nvidia-smi, no MPS control
-    with pytest.raises(RuntimeError, match=r"launch.mps=own: nvidia-cuda-mps-control is not on PATH"):
-        with mps_daemon(tmp_path / "mps"):
-            pass
+    with (pytest.raises(RuntimeError, match=r"launch.mps=own: nvidia-cuda-mps-control is not on PATH"),
+          mps_daemon(tmp_path / "mps")):
+        pass
     assert slot_env(1, ["3"], 2, mps=True)["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in slot_env(1, ["3"], 2)

@@ -15,7 +15,13 @@ from launch_support import REPO, dry_config, make_run, require_slurm, wait_until
 from wmrl.config import ConfigError, to_yaml
 from wmrl.learner.distributed import MASTER_PORT_RANGE, slurm_rendezvous
 from wmrl.orchestration.preflight import PreflightError, check_learner_ranks
-from wmrl.orchestration.slurm import COORDINATOR, WORKERS, cancel_jobs, sbatch_command_options, slurm_executor
+from wmrl.orchestration.slurm import (
+    COORDINATOR,
+    WORKERS,
+    cancel_jobs,
+    sbatch_command_options,
+    slurm_executor,
+)
 
 needs_srun = pytest.mark.skipif(shutil.which("srun") is None, reason="submitit's SlurmExecutor needs srun on PATH")
 

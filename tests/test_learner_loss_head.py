@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from learner_support import advantages_of, make_groups, parameters, tiny_model_dir, with_policy_logprobs
+from learner_support import (
+    advantages_of,
+    make_groups,
+    parameters,
+    tiny_model_dir,
+    with_policy_logprobs,
+)
 
 from wmrl.learner import head
 from wmrl.learner.config import LearnerConfig

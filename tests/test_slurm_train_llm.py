@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 from launch_support import require_slurm
-from train_support import coordinator_events, launch_and_requeue, learner_weights, same_weights, sampled_tokens
+from train_support import (
+    coordinator_events,
+    launch_and_requeue,
+    learner_weights,
+    same_weights,
+    sampled_tokens,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(1800)]
 SLURM = ["launch.executor=slurm", "launch.coordinator_time_min=15", "launch.worker_time_min=15",

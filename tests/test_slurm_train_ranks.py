@@ -11,7 +11,13 @@ import subprocess
 import pytest
 import torch
 from launch_support import require_slurm
-from train_support import coordinator_events, launch_and_requeue, learner_weights, same_weights, sampled_tokens
+from train_support import (
+    coordinator_events,
+    launch_and_requeue,
+    learner_weights,
+    same_weights,
+    sampled_tokens,
+)
 
 from wmrl.learner.export import find_checkpoint
 

@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from wmrl.cli.args import add_command
 from wmrl.config import ConfigError
 from wmrl.io import atomic_write_text, read_json
 from wmrl.sweep.records import COST_METRIC, RECORDS, SCORE_METRIC, RunRecord
-from wmrl.cli.args import add_command
 
 
 def register(subparsers: Any) -> None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import signal
 
+from wmrl.cli.args import add_command
 from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.rundir import RunDir
-from wmrl.cli.args import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

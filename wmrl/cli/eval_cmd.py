@@ -105,9 +105,9 @@ def _policy_source(target: Path, args: argparse.Namespace, scratch: Path) -> tup
 
 def run(args: argparse.Namespace) -> int:
     from wmrl.agent.policy import AgentPolicy
-    from wmrl.orchestration.executed import ExecutedEnvironment
     from wmrl.evaluation import evaluate_split
     from wmrl.generation.factory import build_generator
+    from wmrl.orchestration.executed import ExecutedEnvironment
     from wmrl.orchestration.work import config_work
     from wmrl.sft.data import run_context
     from wmrl.tasks.overview import task_overview
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         tasks = [t for t in every if t.split == args.pool][: limit or None]
         if not tasks:
             raise ConfigError(f"--pool={args.pool}: the pool at {cfg.tasks.root or 'the built-in root'} has no such task")
-        say = lambda line: print(f"{time.strftime('%H:%M:%S')} eval: {line}", file=sys.stderr, flush=True)  # noqa: E731
+        say = lambda line: print(f"{time.strftime('%H:%M:%S')} eval: {line}", file=sys.stderr, flush=True)
         say(f"policy {model} (step {step}), {len(tasks)} {args.pool} tasks, k={k}, seed {cfg.algorithm.seed}")
         agent_ctx, _, _ = run_context(cfg)
         generator = build_generator(model, cfg.generation, cfg.model.dtype)

@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+from wmrl.cli.args import add_command
 from wmrl.config import ConfigError, WMRLConfig, load_config, to_yaml
 from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.lock import RunLock, RunLockHeld
 from wmrl.orchestration.preflight import preflight
 from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
 from wmrl.orchestration.slurm import COORDINATOR, WORKERS, sbatch_command_options
-from wmrl.cli.args import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from wmrl.config import load_config
 from wmrl.cli.args import add_command
+from wmrl.config import load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -11,9 +11,9 @@ import argparse
 import sys
 from typing import Any
 
+from wmrl.cli.args import add_command
 from wmrl.sweep.runner import EXECUTORS, prepare, run_sweep
 from wmrl.sweep.spec import load_spec
-from wmrl.cli.args import add_command
 
 
 def register(subparsers: Any) -> None:

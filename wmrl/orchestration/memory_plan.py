@@ -143,7 +143,7 @@ class Plan:
         }
 
 
-def _gb(n: int | float) -> float:
+def _gb(n: float) -> float:
     return round(n / GIB, 2)
 
 
@@ -502,14 +502,14 @@ def plan_with_fixes(cfg: WMRLConfig) -> Plan:
 def render(p: Plan) -> str:
     """The plan as the text `wmrl plan` prints."""
     lines = [
-        f"model:     {p.model} ({p.counts.total / 1e9:.3f} B parameters, largest layer "
-        f"{p.counts.largest_layer / 1e6:.0f} M, vocabulary {p.counts.vocab_size:,})",
-        f"layout:    {p.nodes} node(s), {p.gpus} GPU(s) of "
+        (f"model:     {p.model} ({p.counts.total / 1e9:.3f} B parameters, largest layer "
+        f"{p.counts.largest_layer / 1e6:.0f} M, vocabulary {p.counts.vocab_size:,})"),
+        (f"layout:    {p.nodes} node(s), {p.gpus} GPU(s) of "
         f"{'-' if p.gpu_memory is None else _gb(p.gpu_memory)} GB, {p.learner_ranks} learner rank(s), "
-        f"vLLM {p.placement} ({p.engines} engine(s))",
+        f"vLLM {p.placement} ({p.engines} engine(s))"),
         f"step:      {p.trajectories} trajectories of up to {p.tokens:,} tokens ({p.generated:,} generated)",
-        f"deepspeed: {p.deepspeed['function']}: {p.deepspeed['gpu_gb']} GB per GPU, "
-        f"{p.deepspeed['cpu_gb_per_node']} GB host per node (model states)",
+        (f"deepspeed: {p.deepspeed['function']}: {p.deepspeed['gpu_gb']} GB per GPU, "
+        f"{p.deepspeed['cpu_gb_per_node']} GB host per node (model states)"),
     ]
     for name, phase in (("learner", p.learner), ("generation", p.generation)):
         if phase is None:
