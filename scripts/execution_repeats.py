@@ -11,7 +11,10 @@ final code, score and execution seconds) and its ``metrics.jsonl``:
   every trajectory the same reward, so the run would have learned exactly the same);
 - CPU-hours as measured, and with a content cache (``launch.reuse_executions``): a step's execution
   seconds are the sum of its executions' measured seconds, so each step's are scaled by the share spent
-  on code not executed before in the run (a code's first execution kept, with its own seconds).
+  on code not executed before in the run (a code's first execution kept, with its own seconds);
+- execution's share of the CPU-hours, as measured and with the cache: at an equal number of steps, the
+  most that any world model (one that cost nothing and taught as much as execution) could save against
+  that baseline.
 
 A counterfactual from the run's own records, not a run with the cache: it says what such a baseline
 would cost, so that a compute saving is not credited to the world model that a cache would give too.
@@ -49,19 +52,24 @@ def repeats(run: Path) -> dict:
                     seen.add(key)
                     per_step[step][1] += seconds
     metrics = {m["step"]: m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "step" in m}
-    measured = cached = 0.0
+    measured = cached = executed = executed_cached = 0.0
     previous = 0.0
     for step, m in sorted(metrics.items()):
         seconds = m["compute_hours"] * 3600 - previous
         previous = m["compute_hours"] * 3600
         execution = float(m.get("step_seconds_execution", 0.0))
         total, first = per_step.get(step, [0.0, 0.0])
+        kept = execution * first / total if total > 0 else execution
         measured += seconds
-        cached += seconds - execution + (execution * first / total if total > 0 else execution)
+        cached += seconds - execution + kept
+        executed += execution
+        executed_cached += kept
     return {"run": run.name, "executions": executions, "distinct": len(seen),
             "codes_run_more_than_once": sum(len(v) > 1 for v in scores.values()),
             "repeated_with_differing_scores": sum(len(set(v)) > 1 for v in scores.values()),
-            "cpu_hours": measured / 3600, "cpu_hours_with_cache": cached / 3600}
+            "cpu_hours": measured / 3600, "cpu_hours_with_cache": cached / 3600,
+            "execution_share": executed / measured if measured else 0.0,
+            "execution_share_with_cache": executed_cached / cached if cached else 0.0}
 
 
 def main() -> int:
@@ -71,10 +79,12 @@ def main() -> int:
     args = parser.parse_args()
     rows = [repeats(Path(r)) for r in args.runs]
     lines = [("| run | executions | distinct codes | codes run more than once (of which with differing scores) "
-             "| CPU-hours | with a content cache (estimate) |"), "|---|---|---|---|---|---|"]
+             "| CPU-hours | with a content cache (estimate) | execution's share of the CPU-hours (with the cache) |"),
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {r['executions']} | {r['distinct']} ({r['distinct'] / max(1, r['executions']):.0%}) | "
               f"{r['codes_run_more_than_once']} ({r['repeated_with_differing_scores']}) | {r['cpu_hours']:.3f} | {r['cpu_hours_with_cache']:.3f} "
-              f"({r['cpu_hours_with_cache'] / r['cpu_hours']:.0%}) |" for r in rows]
+              f"({r['cpu_hours_with_cache'] / r['cpu_hours']:.0%}) | "
+              f"{r['execution_share']:.0%} ({r['execution_share_with_cache']:.0%}) |" for r in rows]
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)

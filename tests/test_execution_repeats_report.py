@@ -41,6 +41,9 @@ def test_repeats_and_what_a_content_cache_would_have_spent(tmp_path: Path):
     assert row["repeated_with_differing_scores"] == 0 and row["cpu_hours"] == pytest.approx(150 / 3600)
     # step 1: first-seen 30 of 40 execution seconds -> 80 + 20 * 0.75; step 2: 10 of 40 -> 10 + 40 * 0.25
     assert row["cpu_hours_with_cache"] * 3600 == pytest.approx(95.0 + 20.0)
+    # execution: 60 of 150 s measured; 15 + 10 of the cache's 115 s
+    assert row["execution_share"] == pytest.approx(60 / 150)
+    assert row["execution_share_with_cache"] == pytest.approx(25 / 115)
 
 
 def test_a_repeated_code_whose_score_changed_is_counted(tmp_path: Path):
