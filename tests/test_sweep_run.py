@@ -7,11 +7,11 @@ import signal
 import time
 
 import pytest
-from sweep_support import SMALL_SPEC, children, popen_cli, run_cli, sweep_argv, write_spec
+from sweep_support import REPO, SMALL_SPEC, children, popen_cli, run_cli, sweep_argv, write_spec
 
 from wmrl.config import ConfigError
 from wmrl.sweep.runner import prepare
-from wmrl.sweep.spec import load_spec
+from wmrl.sweep.spec import load_spec, run_configs
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -25,6 +25,16 @@ def test_spec_expands_grid_times_variants_times_seeds(tmp_path):
     names = [r.name for r in spec.runs]
     assert len(names) == (4 + 1) * 2
     assert "wmrl_anchor_frac=0.4_w_max=1_s1" in names and "grpo_real_s0" in names
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_committed_sweep_specs_expand_into_valid_run_configs(path, tmp_path):
+    """The README and results name these specs: a typo in one must fail here, not minutes into a sweep."""
+    spec = load_spec(path)
+    configs = run_configs(spec, tmp_path)
+    assert spec.name == path.stem and len(configs) == len(spec.runs) > 0
+    for name, (cfg, _) in configs.items():
+        assert cfg.run_name == name and cfg.algorithm.variant in name
 
 
 def test_spec_with_unknown_key_names_file_and_key(tmp_path):
