@@ -51,23 +51,32 @@ submission.to_csv(SUBMISSION_PATH, index=False)
 '''
 
 
-def pool_texts(pool_root: Path) -> list[str]:
-    """Overview and sample-submission head of every task (public files), reference solutions of the
-    training split only: held-out solutions must not become single tokens the policy gets for free."""
+def pool_parts(pool_root: Path) -> list[tuple[str, str]]:
+    """``(name, text)`` of the pool's corpus texts in corpus order: each task's overview and
+    sample-submission head (public files), and the reference solutions of the training split only
+    (held-out solutions must not become single tokens the policy gets for free). The names
+    (``TASK/overview``, ``TASK/sample_submission``, ``TASK/reference/NAME``) let two builds be compared
+    text by text (scripts/build_fingerprint.py)."""
     from wmrl.tasks import load_pool, task_overview
 
-    texts: list[str] = []
+    parts: list[tuple[str, str]] = []
     for task in load_pool(Path(pool_root)):
-        texts.append(task_overview(task))
+        parts.append((f"{task.task_id}/overview", task_overview(task)))
         with open(task.sample_submission_path, encoding="utf-8") as handle:
-            texts.append("".join(handle.readline() for _ in range(5)))
+            parts.append((f"{task.task_id}/sample_submission", "".join(handle.readline() for _ in range(5))))
         if task.split == "train":
-            texts.extend(ref.code for ref in task.reference_solutions())
-    return texts
+            parts.extend((f"{task.task_id}/reference/{ref.name}", ref.code) for ref in task.reference_solutions())
+    return parts
+
+
+def tokenizer_corpus_parts(pool_root: Path, prompt_texts: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """The tokenizer corpus with a name for each text (see :func:`pool_parts`)."""
+    return [("generic", GENERIC_TEXT), *((f"prompt/{i}", t) for i, t in enumerate(prompt_texts)),
+            *pool_parts(pool_root)]
 
 
 def tokenizer_corpus(pool_root: Path, prompt_texts: Sequence[str] = ()) -> list[str]:
-    return [GENERIC_TEXT, *prompt_texts, *pool_texts(pool_root)]
+    return [text for _, text in tokenizer_corpus_parts(pool_root, prompt_texts)]
 
 
 def corpus_digest(texts: Sequence[str]) -> str:
