@@ -80,8 +80,14 @@ def base_model(cfg: Any, pool: Path) -> dict[str, Any]:
     from wmrl.models.init import RECIPE, tiny_model_hash
 
     parts = tokenizer_corpus_parts(pool, prompt_texts())
+    order: dict[str, list[str]] = {}  # the corpus digest depends on the order too: references weakest first
+    for name, _ in parts:
+        task, _, reference = name.partition("/reference/")
+        if reference:
+            order.setdefault(task, []).append(reference)
     return {"name": f"{RECIPE}-{tiny_model_hash(cfg.model.tiny, [t for _, t in parts])[:16]}",
-            "tiny": dataclasses.asdict(cfg.model.tiny), "corpus": {name: digest(text) for name, text in parts}}
+            "tiny": dataclasses.asdict(cfg.model.tiny), "corpus": {name: digest(text) for name, text in parts},
+            "reference_order": {task: " ".join(names) for task, names in order.items()}}
 
 
 def leaderboards(pool: Path) -> dict[str, str]:

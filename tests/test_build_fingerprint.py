@@ -18,39 +18,41 @@ fingerprint = load_script("build_fingerprint")
 
 
 @pytest.fixture(scope="module")
-def wine_pool(tmp_path_factory):
+def small_pool(tmp_path_factory):
     root = tmp_path_factory.mktemp("fp") / "pool"
-    build_pool(root, only=["wine"], progress=False)
+    build_pool(root, only=["diabetes"], progress=False)  # one training task: its references are in the corpus
     return root
 
 
-def test_the_base_model_entry_is_the_hash_the_build_uses_and_names_every_corpus_text(wine_pool):
+def test_the_base_model_entry_is_the_hash_the_build_uses_and_names_every_corpus_text(small_pool):
     cfg = load_config(None)
-    found = fingerprint.base_model(cfg, wine_pool)
-    corpus = tokenizer_corpus(wine_pool, prompt_texts())
+    found = fingerprint.base_model(cfg, small_pool)
+    corpus = tokenizer_corpus(small_pool, prompt_texts())
     assert found["name"] == f"{RECIPE}-{tiny_model_hash(cfg.model.tiny, corpus)[:16]}"
     assert len(found["corpus"]) == len(corpus)  # one named entry per text: no two texts share a name
-    assert {"generic", "prompt/0", "wine-cultivar/overview", "wine-cultivar/sample_submission"} <= set(found["corpus"])
-    # wine-cultivar is held out: its reference solutions stay out of the tokenizer's corpus
-    assert not [name for name in found["corpus"] if "/reference/" in name]
+    assert {"generic", "prompt/0", "diabetes-progression/overview", "diabetes-progression/sample_submission"} <= set(
+        found["corpus"])
+    (task,) = load_pool(small_pool)
+    weakest_first = [ref.name for ref in task.reference_solutions()]
+    assert found["reference_order"] == {task.task_id: " ".join(weakest_first)}
+    assert len(weakest_first) > 10 and all(f"{task.task_id}/reference/{n}" in found["corpus"] for n in weakest_first)
 
-
-def test_comparing_two_pools_names_exactly_the_inputs_that_differ(wine_pool, tmp_path):
+def test_comparing_two_pools_names_exactly_the_inputs_that_differ(small_pool, tmp_path):
     cfg = load_config(None)
     other = tmp_path / "pool"
-    shutil.copytree(wine_pool, other)
+    shutil.copytree(small_pool, other)
     (task,) = load_pool(other)
-    description = task.public_dir / "description.md"
-    description.write_text(description.read_text() + "\nOne more line.\n")
+    reference = task.reference_solutions()[3]
+    reference.path.write_text(reference.code + "# one more line\n")
     board = task.leaderboard_path
     board.write_text(board.read_text().replace("0.", "0.0", 1))
-
     def fp(pool):
         return {"base_model": fingerprint.base_model(cfg, pool), "leaderboards": fingerprint.leaderboards(pool)}
 
-    assert fingerprint.differences(fp(wine_pool), fp(wine_pool)) == []
-    changed = [line.split(":")[0] for line in fingerprint.differences(fp(wine_pool), fp(other))]
-    assert changed == ["base_model.name", "base_model.corpus.wine-cultivar/overview", "leaderboards.wine-cultivar"]
+    assert fingerprint.differences(fp(small_pool), fp(small_pool)) == []
+    changed = [line.split(":")[0] for line in fingerprint.differences(fp(small_pool), fp(other))]
+    assert changed == ["base_model.name", f"base_model.corpus.diabetes-progression/reference/{reference.name}",
+                       "leaderboards.diabetes-progression"]
 
 
 def test_differences_report_entries_present_on_one_side_only():
