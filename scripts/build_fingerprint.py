@@ -6,7 +6,8 @@ examples, whose world-model targets come from really executing the broken varian
 those inputs gets a digest here, with the machine facts that can change a result (CPU features, the
 BLAS kernel OpenBLAS picked), so comparing two machines' fingerprints names the inputs that differ.
 
-    python scripts/build_fingerprint.py --out results/reproducibility/NAME.json   # this machine
+    python scripts/build_fingerprint.py --out results/reproducibility/NAME.json   # this machine, the tiny default
+    python scripts/build_fingerprint.py [CONFIG] [key=value ...]     # another config (e.g. tasks.root=DIR)
     python scripts/build_fingerprint.py --sft --out ...        # also the SFT examples (executes uncached variants)
     python scripts/build_fingerprint.py --compare A.json B.json   # what differs (exit 1 if anything does)
 """
@@ -127,11 +128,11 @@ def sft(cfg: Any) -> dict[str, Any]:
     }
 
 
-def fingerprint(config: str | None, with_sft: bool) -> dict[str, Any]:
+def fingerprint(config: str | None, overrides: list[str], with_sft: bool) -> dict[str, Any]:
     from wmrl.config import load_config
     from wmrl.tasks.pool import ensure_builtin_pool
 
-    cfg = load_config(config)
+    cfg = load_config(config, overrides)
     pool = ensure_builtin_pool(cfg.tasks.root or None)
     found = {"machine": machine(), "versions": versions(), "base_model": base_model(cfg, pool),
              "leaderboards": leaderboards(pool)}
@@ -159,20 +160,23 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", help="run config YAML (default: the tiny default)")
+    parser.add_argument("config", nargs="*", metavar="[CONFIG] [key=value ...]",
+                        help="run config YAML (default: the tiny default), then overrides")
     parser.add_argument("--sft", action="store_true", help="also the SFT examples and the variants' outcomes")
     parser.add_argument("--out", type=Path, help="write the fingerprint here (JSON)")
     parser.add_argument("--compare", nargs="+", type=Path, metavar="JSON",
                         help="compare a fingerprint with another one, or with this machine's")
     args = parser.parse_args(argv)
+    config = args.config[0] if args.config and "=" not in args.config[0] else None
+    overrides = args.config[1:] if config else args.config
     if args.compare:
         first = json.loads(args.compare[0].read_text())
         second = (json.loads(args.compare[1].read_text()) if len(args.compare) > 1
-                  else fingerprint(args.config, with_sft="sft" in first))
+                  else fingerprint(config, overrides, with_sft="sft" in first))
         lines = differences(first, second)
         print("\n".join(lines) if lines else "identical")
         return 1 if lines else 0
-    found = fingerprint(args.config, args.sft)
+    found = fingerprint(config, overrides, args.sft)
     text = json.dumps(found, indent=1, sort_keys=False) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
