@@ -130,9 +130,10 @@ def sft(cfg: Any) -> dict[str, Any]:
 
 def fingerprint(config: str | None, overrides: list[str], with_sft: bool) -> dict[str, Any]:
     from wmrl.config import load_config
+    from wmrl.configs import TINY_CONFIG
     from wmrl.tasks.pool import ensure_builtin_pool
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(config or str(TINY_CONFIG), overrides)  # the default of `wmrl train` and `wmrl sft`
     pool = ensure_builtin_pool(cfg.tasks.root or None)
     found = {"machine": machine(), "versions": versions(), "base_model": base_model(cfg, pool),
              "leaderboards": leaderboards(pool)}

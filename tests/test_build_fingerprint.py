@@ -9,6 +9,7 @@ import pytest
 from script_support import load_script
 
 from wmrl.config import load_config
+from wmrl.configs import TINY_CONFIG
 from wmrl.models.corpus import prompt_texts, tokenizer_corpus
 from wmrl.models.init import RECIPE, tiny_model_hash
 from wmrl.tasks.builtin.build import build_pool
@@ -25,7 +26,7 @@ def small_pool(tmp_path_factory):
 
 
 def test_the_base_model_entry_is_the_hash_the_build_uses_and_names_every_corpus_text(small_pool):
-    cfg = load_config(None)
+    cfg = load_config(str(TINY_CONFIG))
     found = fingerprint.base_model(cfg, small_pool)
     corpus = tokenizer_corpus(small_pool, prompt_texts())
     assert found["name"] == f"{RECIPE}-{tiny_model_hash(cfg.model.tiny, corpus)[:16]}"
@@ -38,7 +39,7 @@ def test_the_base_model_entry_is_the_hash_the_build_uses_and_names_every_corpus_
     assert len(weakest_first) > 10 and all(f"{task.task_id}/reference/{n}" in found["corpus"] for n in weakest_first)
 
 def test_comparing_two_pools_names_exactly_the_inputs_that_differ(small_pool, tmp_path):
-    cfg = load_config(None)
+    cfg = load_config(str(TINY_CONFIG))
     other = tmp_path / "pool"
     shutil.copytree(small_pool, other)
     (task,) = load_pool(other)

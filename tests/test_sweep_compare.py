@@ -105,3 +105,16 @@ def test_columns_name_the_unit_the_runs_measured_and_say_when_units_mix():
     mixed = markdown(compare(cpu + [_rec("wmrl", 0, 0.3, [1, 2], [0.1, 0.3])]))  # a GPU run among CPU ones
     assert "| compute-hours |" in mixed and "do not share one unit" in mixed
     assert "| GPU-hours |" in markdown(compare(REF))  # the simulator's (modelled) GPU-hours
+
+
+def test_hours_keep_three_significant_digits_at_tiny_and_cluster_scale():
+    from dataclasses import replace
+
+    tiny = [replace(r, hours_unit="CPU") for r in
+            [_rec("grpo_real", s, 0.7, [0.12, 0.358], [0.3, 0.7]) for s in range(2)]
+            + [_rec("wmrl", s, 0.7, [0.05, 0.199], [0.3, 0.7]) for s in range(2)]]
+    rows_by_variant = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in markdown(compare(tiny)).splitlines()
+                       if line.startswith(("| grpo_real", "| wmrl"))}
+    assert rows_by_variant["grpo_real"][5] == "0.358" and rows_by_variant["wmrl"][5] == "0.199"  # not "0.4", "0.2"
+    cluster = markdown(compare([_rec("grpo_real", s, 0.4, [600, 1234], [0.1, 0.4]) for s in range(2)]))
+    assert "| 1.23e+03 |" not in cluster and "| 1234 |" in cluster

@@ -152,6 +152,13 @@ def columns(unit: str = "GPU") -> tuple[str, ...]:
             "speedup to target", f"grpo_real at equal {unit}-h", "eta2 (end)", "rho (end)", "audit warned")
 
 
+def _hours(value: float | None) -> str:
+    """Three significant digits at least (0.358 CPU-hours of a tiny run), never an exponent (1234 GPU-hours)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None or not math.isfinite(value) else format(value, fmt)
 
@@ -165,7 +172,7 @@ def rows(c: Comparison) -> list[list[str]]:
     for s in c.settings:
         out.append([
             s.variant, f"{s.anchor_frac:g}", f"{s.w_max:g}", str(len(s.runs)),
-            _score_text(s), _f(s.gpu_hours, ".1f"), _f(s.hours_to_target, ".1f"),
+            _score_text(s), _hours(s.gpu_hours), _hours(s.hours_to_target),
             (_f(s.speedup_to_target, ".2f") + "x") if s.speedup_to_target else "-",
             _f(s.ref_score_at_compute, ".4f"), _f(s.eta2, ".3f"), _f(s.rho, ".2f"), s.audits,
         ])
@@ -184,7 +191,7 @@ def markdown(c: Comparison) -> str:
     if c.best is not None and c.cheapest is not None:
         lines.append(f"Best mean score: {c.best.label} ({_score_text(c.best)}).")
         lines.append(f"Cheapest within one standard error of the best: **{c.cheapest.label}** "
-                     f"({_score_text(c.cheapest)}, {c.cheapest.gpu_hours:.1f} {c.unit}-hours).")
+                     f"({_score_text(c.cheapest)}, {_hours(c.cheapest.gpu_hours)} {c.unit}-hours).")
     if c.unit == "compute":
         lines.append("The runs do not share one unit (GPU-hours, CPU-hours, or runs logged before wmrl tagged "
                      "the unit): their hours are compared as they were measured.")
