@@ -109,3 +109,33 @@ def test_lone_learner_starts_its_own_group_while_an_inherited_master_port_is_bou
         _run(["--model", str(model_dir), "--updates", "1", "--out", str(tmp_path / "lone.pt")], inherited=stale)
     _, meta = _load(tmp_path / "lone.pt")
     assert meta["world_size"] == 1 and len(meta["metrics"]) == 1
+
+
+# The process group is torn down before the interpreter finalizes (gloo's threads left to finalization
+# aborted a CI rank with SIGABRT after its work was done), and only the group wmrl itself started.
+EXIT_CHECK = """
+import atexit, sys
+import torch.distributed as dist
+atexit.register(lambda: print("at exit, initialized:", dist.is_initialized(), flush=True))
+if sys.argv[1] == "caller":
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0, world_size=1)
+from wmrl.learner.distributed import init_distributed
+print("started:", init_distributed(), dist.is_initialized(), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("who_starts", "alive_at_exit"), [("wmrl", False), ("caller", True)])
+def test_the_process_group_wmrl_started_is_destroyed_before_the_interpreter_exits(
+        who_starts: str, alive_at_exit: bool) -> None:
+    import subprocess
+    import sys
+
+    from learner_support import LAUNCH_VARS, REPO, _free_port
+
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", EXIT_CHECK, who_starts, str(_free_port())], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("started:", "at exit"))]
+    assert lines == ["started: (0, 1) True", f"at exit, initialized: {alive_at_exit}"]

@@ -23,6 +23,7 @@ The backend is gloo on CPU and nccl on GPUs, chosen by DeepSpeed's accelerator.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import subprocess
@@ -124,7 +125,17 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
             dist_backend=get_accelerator().communication_backend_name(),
             timeout=timedelta(seconds=timeout_s),
         )
+        atexit.register(_destroy_at_exit)  # only the group wmrl started: one the caller made is theirs
     return dist.get_rank(), dist.get_world_size()
+
+
+def _destroy_at_exit() -> None:
+    """Tear the process group down before the interpreter finalizes. Left to finalization, gloo's
+    threads can abort the process (SIGABRT, "terminate called without an active exception"), seen on
+    a rank of a 2-rank CI run under load after its work was done; the followers already did this
+    (wmrl/learner/follower.py), every rank now does."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def broadcast_objects(objects: Sequence[Any], src: int = 0) -> list[Any]:
