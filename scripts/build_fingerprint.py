@@ -42,11 +42,10 @@ def openblas_cores() -> dict[str, str]:
     import numpy  # noqa: F401  (loads numpy's OpenBLAS)
     import scipy.linalg  # noqa: F401  (loads scipy's)
 
+    mapped = {fields[-1] for fields in map(str.split, Path("/proc/self/maps").read_text().splitlines())
+              if len(fields) >= 6 and "openblas" in fields[-1].lower()}  # one line per mapped segment
     cores: dict[str, str] = {}
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        path = line.split()[-1] if len(line.split()) >= 6 else ""
-        if "openblas" not in path.lower() or path in cores:
-            continue
+    for path in sorted(mapped):
         lib = ctypes.CDLL(path)
         for symbol in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
             getter = getattr(lib, symbol, None)
