@@ -19,7 +19,8 @@ Measures, with the checks, prompt style and budgets of the run config:
 - with ``--memory``: the same with the executed-solution memory answering the quality check
   (``world_model.memory``), and the memory alone with no LLM call.
 
-Writes results/world_model/eval.json and results/world_model/eval.md.
+Writes results/world_model/eval.json and eval.md (``--out DIR/NAME`` writes DIR/NAME.json and .md: e.g. a
+second SFT beside the committed default's).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from wmrl.world_model.memory import ExecutedMemory
 from wmrl.world_model.precheck import PreCheck
 from wmrl.world_model.variants import make_variants, real_outcomes
 
-OUT = Path(__file__).resolve().parents[1] / "results" / "world_model"
+OUT = Path(__file__).resolve().parents[1] / "results" / "world_model" / "eval"
 
 
 def proportion(k: int, n: int) -> dict[str, float]:
@@ -180,6 +181,7 @@ def main() -> int:
                         help="also score the world model with the executed-solution memory answering the quality "
                              "check (world_model.memory), and the memory alone")
     parser.add_argument("--note", default="", help="a line for the report (e.g. which model this is)")
+    parser.add_argument("--out", type=Path, default=OUT, help="report path without suffix (default %(default)s)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
@@ -235,9 +237,9 @@ def main() -> int:
                                     memory if remember else None)
         report["runs"][name] = run_world_model(env, chosen, outcomes, args.batch)
         print(name, json.dumps({k: v for k, v in report["runs"][name].items() if k != "problems"})[:600], flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(OUT / "eval.json", _no_nan(report))
-    atomic_write_text(OUT / "eval.md", table(report))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out.with_name(args.out.name + ".json"), _no_nan(report))
+    atomic_write_text(args.out.with_name(args.out.name + ".md"), table(report))
     print(table(report))
     return 0
 

@@ -125,6 +125,27 @@ def compute_table(runs: dict[str, list[Path]]) -> tuple[list[dict], list[str]]:
     return rows, lines
 
 
+def evaluation_table(runs: dict[str, list[Path]]) -> tuple[list[dict], list[str]]:
+    """Per variant, every training-task evaluation the runs share (before, each ``eval_every``, after):
+    its step, the CPU-hours spent by then and the score, mean ± standard error over seeds with each
+    seed's score. A run longer than the default shows here what the default's length would have given."""
+    rows, lines = [], ["| variant | step | CPU-hours by then (mean ± s.e.) | training-task score (mean ± s.e.) | per seed |",
+                       "|---|---|---|---|---|"]
+    for variant, rs in runs.items():
+        per_run = []
+        for run in rs:
+            _, hours, score = cost_curve(run)
+            steps = sorted({e["step"] for (_, split), e in read_evals(run).items() if split == "train"})
+            per_run.append(dict(zip(steps, zip(hours, score))))
+        for step in sorted(set.intersection(*(set(p) for p in per_run))):
+            hours, scores = [p[step][0] for p in per_run], [p[step][1] for p in per_run]
+            (h, hse), (m, mse) = mean_se(hours), mean_se(scores)
+            rows.append({"variant": variant, "step": step, "cpu_hours": hours, "score": scores})
+            lines.append(f"| {variant} | {step} | {mean_se_text(h, hse, len(hours))} | {mean_se_text(m, mse, len(scores))} "
+                         f"| {', '.join(f'{x:.3f}' for x in scores)} |")
+    return rows, lines
+
+
 def world_model_in_run(run: Path) -> dict | None:
     """What the world model did in a run: its JSON fallback rate and pre-check share (last logged
     step's cumulative counts), and, on the anchor pairs (the trajectories both predicted and executed),
@@ -205,8 +226,10 @@ def main() -> int:
                          f"{gain} | {np.mean(executed[variant]):.0f} "
                          f"({f'{ratio:.1%} of {REFERENCE}' if math.isfinite(ratio) else f'no {REFERENCE} run'}) |")
     compute_rows, compute_lines = compute_table(runs)
+    evaluation_rows, evaluation_lines = evaluation_table(runs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "learning.json").write_text(json.dumps({"scores": rows, "compute": compute_rows}, indent=1) + "\n")
+    (out / "learning.json").write_text(json.dumps({"scores": rows, "compute": compute_rows,
+                                                   "evaluations": evaluation_rows}, indent=1) + "\n")
     header = [("| variant | split | seeds | before (mean ± s.e.) | after | gain (s.e.) | trajectories executed "
                "in training |"), "|---|---|---|---|---|---|---|"]
     walls = "; ".join(f"{r['variant']}: {', '.join(map(str, r['wall_minutes']))} min" for r in rows
@@ -221,7 +244,7 @@ def main() -> int:
         "\n## Compute\n\nCPU-hours = the measured seconds of every phase of the run (generation, world model, "
         "execution, update, ...) / 3600; the curves pair each evaluation's training-task score with the "
         "CPU-hours spent by its step, and are averaged over seeds point by point.\n\n" + "\n".join(compute_lines) +
-        "\n"
+        "\n\nEvery evaluation on the training tasks:\n\n" + "\n".join(evaluation_lines) + "\n"
         "\n## The world model in these runs\n\nCumulative over the run (last step). Anchor pairs: the "
         "trajectories both predicted by the world model and executed.\n\n" + "\n".join(world_model_table(runs)) + "\n")
     print("\n".join(header + table))

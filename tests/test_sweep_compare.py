@@ -118,3 +118,44 @@ def test_hours_keep_three_significant_digits_at_tiny_and_cluster_scale():
     assert rows_by_variant["grpo_real"][5] == "0.358" and rows_by_variant["wmrl"][5] == "0.199"  # not "0.4", "0.2"
     cluster = markdown(compare([_rec("grpo_real", s, 0.4, [600, 1234], [0.1, 0.4]) for s in range(2)]))
     assert "| 1.23e+03 |" not in cluster and "| 1234 |" in cluster
+
+
+def test_compare_says_which_initial_policy_the_runs_started_from_and_warns_when_they_differ():
+    from dataclasses import replace
+
+    same = [replace(r, initial_policy="sft-3cc97f37219cbc82") for r in REF]
+    assert "Every run started from the initial policy `sft-3cc97f37219cbc82`." in markdown(compare(same))
+    other = replace(_rec("wmrl", 0, 0.3, [1, 2], [0.1, 0.3]), initial_policy="sft-10d6aa63246dd47f")
+    mixed = compare(same + [other])
+    assert mixed.mixed_initial_policies
+    assert mixed.initial_policies == {"sft-10d6aa63246dd47f": [other.name],
+                                      "sft-3cc97f37219cbc82": sorted(r.name for r in REF)}
+    assert "**The runs did not start from one initial policy**" in markdown(mixed)
+    assert "initial policy" not in markdown(compare(REF))  # simulator runs have none: nothing to say
+
+
+def test_a_trainer_runs_mlflow_run_names_its_pinned_initial_policy(tmp_path: Path):
+    # The coordinator's tracker tags the run with the pin `wmrl launch` wrote; `wmrl compare` reads it back.
+    from launch_support import dry_config, make_run
+
+    from wmrl.io import atomic_write_json
+    from wmrl.orchestration.coordinator import open_tracker
+    from wmrl.sft.pipeline import INITIAL_POLICY, initial_policy_label
+    from wmrl.sweep.records import from_mlflow
+
+    pins = [{"path": "/c/sft/sft-3cc97f37219cbc82", "build_hash": "3cc97f37219cbc82" + "0" * 48},
+            {"path": "/models/my-sft", "build_hash": "0123456789abcdef" + "1" * 48},
+            {"path": "/models/Qwen3.5-4B", "build_hash": None}]
+    ids = []
+    for seed, pin in enumerate(pins):
+        cfg = dry_config(tmp_path, f"run{seed}", 1, f"algorithm.seed={seed}")
+        run = make_run(cfg)
+        atomic_write_json(run.path / INITIAL_POLICY, pin)
+        with open_tracker(cfg, run) as tracker:
+            tracker.log_metrics({"executions": 1.0, "compute_hours": 0.1}, step=1)
+        ids.append((run.path / "mlflow_run_id").read_text().strip())
+    records = from_mlflow(f"sqlite:///{tmp_path}/mlflow.db", run_ids=ids, score_metric="executions",
+                          cost_metric="compute_hours")
+    assert [r.initial_policy for r in records] == ["sft-3cc97f37219cbc82", "my-sft@0123456789abcdef", "Qwen3.5-4B"]
+    assert compare(records).mixed_initial_policies
+    assert initial_policy_label(tmp_path) is None  # no pin, no tag

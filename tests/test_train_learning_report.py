@@ -49,6 +49,16 @@ def test_a_variant_that_never_reaches_grpo_reals_final_score_says_so(tmp_path: P
     assert rows[1]["cpu_hours_to_grpo_real_final"] is None and "not reached" in lines[3]
 
 
+def test_every_shared_evaluation_is_listed_with_the_hours_spent_by_its_step(tmp_path: Path):
+    tl = _script()
+    # w0 is also evaluated at step 2; w1 is not: only the steps every seed shares are averaged
+    runs = {"wmrl": [_run(tmp_path, "w0", 0.1, {0: 0.2, 2: 0.7, 4: 0.6}), _run(tmp_path, "w1", 0.3, {0: 0.4, 4: 1.0})]}
+    rows, lines = tl.evaluation_table(runs)
+    assert [r["step"] for r in rows] == [0, 4]
+    assert rows[1]["cpu_hours"] == pytest.approx([0.4, 1.2]) and rows[1]["score"] == pytest.approx([0.6, 1.0])
+    assert lines[3].startswith("| wmrl | 4 | 0.8") and lines[3].endswith("| 0.600, 1.000 |")
+
+
 def _finished(sweep: Path, variant: str, seed: int, reason: str = "finished") -> Path:
     run = sweep / "runs" / f"{variant}_s{seed}"
     run.mkdir(parents=True)

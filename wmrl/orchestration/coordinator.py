@@ -57,7 +57,7 @@ from wmrl.orchestration.slurm import (
 )
 from wmrl.progress import progress_display
 from wmrl.resources import peak_rss_mb
-from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, RunTracker, compute_unit
+from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, INITIAL_POLICY_TAG, RunTracker, compute_unit
 
 log = logging.getLogger(__name__)
 PROGRESS = "progress.json"
@@ -405,8 +405,13 @@ def open_tracker(cfg: WMRLConfig, run: RunDir) -> Iterator[RunTracker]:
     """The run's MLflow run, best-effort (:mod:`wmrl.tracking.run_tracker`): created on the first
     start (or when the store is first reachable), reattached after a requeue by the id saved in the
     run directory, so one wmrl run is one MLflow run however often it restarts."""
+    from wmrl.sft.pipeline import initial_policy_label
+
     tags = {"wmrl.run_dir": str(run.path), "wmrl.variant": cfg.algorithm.variant,
             "wmrl.executor": cfg.launch.executor, COMPUTE_UNIT_TAG: compute_unit()}
+    policy = initial_policy_label(run.path)
+    if policy is not None:
+        tags[INITIAL_POLICY_TAG] = policy
     with RunTracker(cfg.tracking, run.path, cfg.run_name, params=to_flat_dict(cfg), tags=tags) as tracker:
         yield tracker
 

@@ -87,6 +87,20 @@ def read_pinned_initial_policy(run_dir: Path, log: Any = print) -> Path | None:
     return path
 
 
+def initial_policy_label(run_dir: Path) -> str | None:
+    """The pinned initial policy as a run's tag shows it: its directory name, with its build hash where the
+    name does not already carry it (``sft-3cc97f37219cbc82``; ``Qwen3.5-4B``; ``my-sft@0123456789abcdef``).
+    None before the pin exists (a trainer without an LLM policy)."""
+    from wmrl.io import read_json
+
+    pin = Path(run_dir) / INITIAL_POLICY
+    if not pin.is_file():
+        return None
+    record = read_json(pin)
+    name, digest = Path(record["path"]).name, (record.get("build_hash") or "")[:16]
+    return name if not digest or digest in name else f"{name}@{digest}"
+
+
 def pinned_initial_policy(cfg: SFTRunConfig, run_dir: Path, log: Any = print) -> Path:
     """The run's initial policy (the learner's start, the KL reference and, by default, the world model),
     chosen at the run's first launch and pinned in ``RUN_DIR/initial_policy.json``.

@@ -111,6 +111,12 @@ class Comparison:
     cheapest: Setting | None
     best: Setting | None
     unit: str = "GPU"  # the runs' hours: "GPU", "CPU", or "compute" when they mix units (or do not say)
+    # initial policy -> the runs that started from it (trainer runs that say; simulator runs have none)
+    initial_policies: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def mixed_initial_policies(self) -> bool:
+        return len(self.initial_policies) > 1
 
 
 def hours_unit(records: list[RunRecord]) -> str:
@@ -142,7 +148,26 @@ def compare(records: list[RunRecord], target: float | None = None) -> Comparison
     if best is not None:
         close = [s for s in scored if s.score >= best.score - best.score_se]
         cheapest = min(close, key=lambda s: s.gpu_hours)
-    return Comparison(settings, target, ref, cheapest, best, hours_unit(records))
+    return Comparison(settings, target, ref, cheapest, best, hours_unit(records), initial_policies(records))
+
+
+def initial_policies(records: list[RunRecord]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for r in sorted(records, key=lambda r: r.name):
+        if r.initial_policy:
+            found.setdefault(r.initial_policy, []).append(r.name)
+    return found
+
+
+def initial_policy_note(c: Comparison) -> str | None:
+    """One line on what the runs started from; a warning when they did not all start from one checkpoint."""
+    if not c.initial_policies:
+        return None
+    if not c.mixed_initial_policies:
+        return f"Every run started from the initial policy `{next(iter(c.initial_policies))}`."
+    parts = "; ".join(f"`{p}`: {', '.join(names)}" for p, names in c.initial_policies.items())
+    return (f"**The runs did not start from one initial policy** ({parts}): their scores are not comparable "
+            "seed for seed (e.g. two machines that built different SFTs of the default).")
 
 
 # --------------------------------------------------------------------------- table
@@ -192,6 +217,9 @@ def markdown(c: Comparison) -> str:
         lines.append(f"Best mean score: {c.best.label} ({_score_text(c.best)}).")
         lines.append(f"Cheapest within one standard error of the best: **{c.cheapest.label}** "
                      f"({_score_text(c.cheapest)}, {_hours(c.cheapest.gpu_hours)} {c.unit}-hours).")
+    note = initial_policy_note(c)
+    if note:
+        lines.append(note)
     if c.unit == "compute":
         lines.append("The runs do not share one unit (GPU-hours, CPU-hours, or runs logged before wmrl tagged "
                      "the unit): their hours are compared as they were measured.")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import atomic_write_text, read_json
-from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG
+from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, INITIAL_POLICY_TAG
 
 RECORDS = "records.jsonl"
 # The score and cost curves: (score metric, GPU-hours metric) as `wmrl simulate` / a sweep logs them.
@@ -37,6 +37,7 @@ class RunRecord:
     curve_score: list[float] = field(default_factory=list)
     run_id: str | None = None
     hours_unit: str = "GPU"  # what gpu_hours, phase_hours and curve_hours count: "GPU", "CPU" or "compute"
+    initial_policy: str | None = None  # the checkpoint a trainer run started from (None: simulator, or not tagged)
 
     @property
     def setting(self) -> tuple[str, float, float]:
@@ -182,4 +183,5 @@ def _record(client: Any, run: Any, score_metric: str, cost_metric: str) -> RunRe
         phase_hours=_phase_hours(metrics),
         curve_hours=curve_hours, curve_score=curve_score, run_id=run.info.run_id,
         hours_unit="GPU" if simulated else run.data.tags.get(COMPUTE_UNIT_TAG, "compute"),
+        initial_policy=run.data.tags.get(INITIAL_POLICY_TAG),
     )

@@ -35,6 +35,9 @@ METRICS_PER_REQUEST = 1000  # MLflow's limit on the metrics of one log_batch
 # What a run's compute_hours count, for `wmrl compare`'s column names: "GPU" where the coordinator
 # holds CUDA devices (each phase then holds its accelerator), "CPU" on a machine without one.
 COMPUTE_UNIT_TAG = "wmrl.compute_unit"
+# The checkpoint the run started from (the pinned initial policy, with its build hash): runs started
+# from different SFT builds are not comparable seed for seed, and `wmrl compare` says so.
+INITIAL_POLICY_TAG = "wmrl.initial_policy"
 
 
 def compute_unit() -> str:
