@@ -21,6 +21,7 @@ from wmrl.orchestration.service import live_workers, throughput_per_min
 from wmrl.orchestration.slurm import ACTIVE_STATES
 from wmrl.orchestration.spool import Spool
 from wmrl.progress import format_duration
+from wmrl.sft.pipeline import initial_policy_label
 from wmrl.tracking.outbox import Outbox
 from wmrl.tracking.run_tracker import MLFLOW_RUN_ID
 
@@ -51,7 +52,7 @@ def collect(run: RunDir) -> dict[str, Any]:
                   "failed": results.failed, "invalid": results.invalid, "quarantined": counts["quarantined"]},
         "live_workers": live_workers(run, cfg.launch.lease_s),
         "throughput_per_min": throughput_per_min(spool), "jobs": [],
-        "tracking": _tracking(run, cfg),
+        "tracking": _tracking(run, cfg), "initial_policy": initial_policy_label(run.path),
     }
     from wmrl.orchestration.slurm import job_states, load_jobs
 
@@ -124,6 +125,8 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
         f"run        {info['run_dir']}",
         f"state      {state}" + (f" (progress updated {age:.0f} s ago)" if age is not None else ""),
         f"step       {step}   checkpoint at step {_fmt(info['checkpoint_step'], 'd')}",
+        f"policy     started from {info['initial_policy']} (pinned at the run's first start)"
+        if info.get("initial_policy") else "",
         (f"queue      {q['queued']} waiting, {q['claimed']} running, {q['done']} done, {q['failed']} failed, "
          f"{q['quarantined']} quarantined{invalid}"),
         f"workers    {workers} live" + ("" if running or not workers else " (no coordinator: they exit when idle)"),
