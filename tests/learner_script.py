@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_support import advantages_of, make_groups, parameters
 
 from wmrl.learner.config import LearnerConfig
+from wmrl.learner.distributed import leave_rank
 from wmrl.learner.follower import follow, lead
 from wmrl.learner.grpo import GRPOLearner
 
@@ -84,3 +85,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave_rank(0)  # as a rank's entry point ends: no C++ teardown at exit to abort a finished rank

@@ -139,3 +139,32 @@ def test_the_process_group_wmrl_started_is_destroyed_before_the_interpreter_exit
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith(("started:", "at exit"))]
     assert lines == ["started: (0, 1) True", f"at exit, initialized: {alive_at_exit}"]
+
+
+LEAVE_CHECK = """
+import logging, sys
+import torch.distributed as dist
+from wmrl.learner.distributed import init_distributed, leave_rank
+init_distributed()
+logging.basicConfig(stream=sys.stderr)
+logging.getLogger("rank").warning("logged before leaving")
+print("group up:", dist.is_initialized(), end="")  # no newline, no flush: leave_rank must flush it
+leave_rank(int(sys.argv[1]))
+print("never")
+"""
+
+
+def test_a_rank_leaves_with_its_exit_code_and_its_output_flushed_after_the_group_is_torn_down() -> None:
+    import subprocess
+    import sys
+
+    from learner_support import LAUNCH_VARS, REPO
+
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    for code in (0, 3):
+        done = subprocess.run([sys.executable, "-c", LEAVE_CHECK, str(code)], env=env, capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == code, done.stderr[-3000:]
+        assert done.stdout.endswith("group up: True") and "never" not in done.stdout
+        assert "logged before leaving" in done.stderr
