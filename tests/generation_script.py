@@ -24,6 +24,7 @@ from wmrl.generation.config import GenerationConfig
 from wmrl.generation.data_parallel import place_on_rank
 from wmrl.generation.hf import request_seeds
 from wmrl.learner.config import LearnerConfig
+from wmrl.learner.distributed import leave_rank
 from wmrl.learner.follower import follow, lead
 
 
@@ -62,3 +63,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave_rank(0)  # as a rank's entry point ends: no C++ teardown at exit to abort a finished rank
