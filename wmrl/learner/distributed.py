@@ -131,10 +131,9 @@ def init_distributed(timeout_s: float = 1800.0) -> tuple[int, int]:
 
 
 def _destroy_at_exit() -> None:
-    """Tear the process group down before the interpreter finalizes. Left to finalization, gloo's
-    threads can abort the process (SIGABRT, "terminate called without an active exception"), seen on
-    a rank of a 2-rank CI run under load after its work was done; the followers already did this
-    (wmrl/learner/follower.py), every rank now does."""
+    """Tear the process group wmrl started down before the interpreter finalizes (the followers do it
+    when released, wmrl/learner/follower.py). Not enough on its own against the abort at exit that
+    :func:`leave_rank` describes: a rank's entry point ends with that."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
