@@ -154,7 +154,7 @@ def test_on_the_local_slurm_an_array_task_with_one_fake_gpu_runs_two_executions_
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # the nvidia-smi stand-in stays on PATH (sbatch exports it)
     cfg, run, service, reqs = two_queued_executions(
         tmp_path, "launch.executor=slurm", f"launch.work={PYTHON_WORK}", "launch.workers=2", "launch.worker_gpus=1",
-        "launch.worker_cpus=1",
+        "launch.worker_cpus=2", "sandbox.memory_mb=2048",  # 2 slots; their 8 GB fit the local node
         "launch.worker_time_min=5", "launch.idle_timeout_s=5")
     array = submit_workers(cfg, run)
     try:

@@ -21,6 +21,7 @@ from wmrl.orchestration.slurm import (
     cancel_jobs,
     sbatch_command_options,
     slurm_executor,
+    template_path,
 )
 
 needs_srun = pytest.mark.skipif(shutil.which("srun") is None, reason="submitit's SlurmExecutor needs srun on PATH")
@@ -64,7 +65,7 @@ def test_plain_sbatch_lines_carry_each_jobs_shape_and_options(tmp_path):
         "--constraint=a100", "--exclusive", "--mem=0"]
     # 2 workers, one execution per GPU: an array of 2 tasks, each with its GPU
     assert sbatch_command_options(cfg, WORKERS) == [
-        "--array=0-1", "--gpus-per-node=1", "--cpus-per-task=1", "--time=240", "--constraint=a100", "--mem=40G"]
+        "--array=0-1", "--gpus-per-node=1", "--cpus-per-task=1", "--mem=40G", "--time=240", "--constraint=a100"]
 
 
 def test_no_submit_prints_the_options_of_each_job_on_its_own_sbatch_line(tmp_path):
@@ -76,9 +77,9 @@ def test_no_submit_prints_the_options_of_each_job_on_its_own_sbatch_line(tmp_pat
     assert done.returncode == 0, done.stderr
     run_dir = tmp_path / "plain"
     assert ("sbatch --nodes=2 --ntasks-per-node=4 --gpus-per-node=4 --cpus-per-task=2 --time=1440 "
-            f"--constraint=a100 --exclusive --mem=0 slurm/templates/coordinator.sbatch {run_dir}") in done.stdout
-    assert ("sbatch --array=0-1 --gpus-per-node=1 --cpus-per-task=1 --time=240 --constraint=a100 --mem=40G "
-            f"slurm/templates/workers.sbatch {run_dir}") in done.stdout
+            f"--constraint=a100 --exclusive --mem=0 {template_path('coordinator.sbatch')} {run_dir}") in done.stdout
+    assert ("sbatch --array=0-1 --gpus-per-node=1 --cpus-per-task=1 --mem=40G --time=240 --constraint=a100 "
+            f"{template_path('workers.sbatch')} {run_dir}") in done.stdout
 
 
 def test_coordinator_template_runs_every_task_of_its_allocation():
@@ -211,12 +212,13 @@ def test_the_9b_configs_jobs_ask_the_local_slurm_with_fake_gpus_for_their_own_re
                              timeout=240, check=False)
     assert printed.returncode == 0, printed.stderr
     assert "sbatch --nodes=1 --ntasks-per-node=7 --gpus-per-node=8 --cpus-per-task=8 " in printed.stdout
-    assert "sbatch --array=0-3%4 --gpus-per-node=1 --cpus-per-task=8 " in printed.stdout
+    assert "sbatch --array=0-3%4 --gpus-per-node=1 --cpus-per-task=16 --mem=102400MB " in printed.stdout
 
     from wmrl.config import load_config
 
-    cfg = load_config(config, [*site, "run_name=held", "launch.coordinator_cpus=2", "launch.worker_cpus=1",
-                               "launch.coordinator_mem_gb=1", "launch.worker_mem_gb=1",
+    cfg = load_config(config, [*site, "run_name=held", "launch.coordinator_cpus=2", "launch.worker_cpus=2",
+                               "launch.coordinator_mem_gb=1", "launch.worker_mem_gb=6", "sandbox.threads=1",
+                               "sandbox.memory_mb=1024",
                                "launch.coordinator_sbatch=[--hold]", "launch.worker_sbatch=[--hold]"])
     assert cfg.generation.vllm.placement == "dedicated" and cfg.generation.vllm.inference_gpus == 1
     coordinator, workers = submit_run(cfg, make_run(cfg))

@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 from launch_support import (
@@ -26,7 +29,7 @@ from launch_support import (
 from wmrl.cli.main import build_parser
 from wmrl.config import to_yaml
 from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.slurm import cancel_jobs
+from wmrl.orchestration.slurm import cancel_jobs, template_path
 
 TEMPLATES = REPO / "slurm" / "templates"
 REQUEUE_NOW = str(REPO / "slurm" / "requeue-now.sh")
@@ -59,11 +62,63 @@ def test_launch_no_submit_writes_the_run_directory_and_prints_the_sbatch_lines(t
     assert done.returncode == 0, done.stderr
     run = RunDir.open(tmp_path / "plain")
     # each line asks for what the submitted job would (the config's defaults: 1 task, 2 CPUs, 24 h; the
-    # workers 1 CPU, 4 h each)
+    # workers 4 h each, and what one execution takes: sandbox.threads CPUs, sandbox.memory_mb + the
+    # worker's own 2048 MB)
     assert ("sbatch --nodes=1 --ntasks-per-node=1 --cpus-per-task=2 --time=1440 "
-            f"slurm/templates/coordinator.sbatch {run.path}") in done.stdout
-    assert f"sbatch --array=0-2 --cpus-per-task=1 --time=240 slurm/templates/workers.sbatch {run.path}" in done.stdout
+            f"{TEMPLATES.resolve() / 'coordinator.sbatch'} {run.path}") in done.stdout
+    assert (f"sbatch --array=0-2 --cpus-per-task=1 --mem=10240MB --time=240 {TEMPLATES.resolve() / 'workers.sbatch'} "
+            f"{run.path}") in done.stdout
     assert not (run.path / "jobs").exists() or not list((run.path / "jobs").iterdir())  # nothing submitted
+
+
+def test_templates_are_package_data_and_slurm_templates_links_to_them():
+    shipped = sorted(p.name for p in template_path("coordinator.sbatch").parent.glob("*.sbatch"))
+    assert shipped == ["coordinator.sbatch", "mlflow-server.sbatch", "vllm-serve.sbatch", "workers.sbatch"]
+    assert template_path("coordinator.sbatch").parent == (REPO / "wmrl" / "orchestration" / "templates")
+    assert TEMPLATES.resolve() == template_path("workers.sbatch").parent  # the checkout's path still works
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_pip_installed_wmrl_prints_sbatch_lines_that_run_from_any_directory(tmp_path):
+    """A wheel of the package, unpacked into a directory of its own as pip installs it; `wmrl launch --no-submit` of the
+    9B config run from an unrelated directory prints template paths of that install, and `sbatch
+    --test-only` of the local Slurm accepts each printed line (the job's sizes shrunk to its one node)."""
+    require_slurm()
+    source = tmp_path / "src"  # a copy: building in the checkout would write build/ into the shared tree
+    shutil.copytree(REPO / "wmrl", source / "wmrl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", source)
+    shutil.copy(REPO / "README.md", source)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, timeout=240, capture_output=True)
+    with zipfile.ZipFile(next((tmp_path / "dist").glob("wmrl-*.whl"))) as wheel:  # what pip install unpacks
+        wheel.extractall(tmp_path / "site")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    image = tmp_path / "sandbox.sif"
+    image.touch()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run(
+        [sys.executable, "-m", "wmrl.cli.main", "launch", str(REPO / "configs" / "qwen3.5-9b.yaml"), "--no-submit",
+         f"runs_root={tmp_path / 'runs'}", "tasks.root=''", f"sandbox.apptainer_image={image}",
+         # the local node: 16 CPUs, 18 GB, 8 fake GPUs
+         "launch.coordinator_cpus=2", "launch.coordinator_sbatch=[--mem=1G]", "sandbox.memory_mb=4096"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split("sbatch ", 1)[1].split() for line in done.stdout.splitlines() if "sbatch --" in line]
+    assert len(lines) == 2
+    for argv in lines:
+        template = Path(argv[-2])
+        assert template.is_absolute() and template.is_file(), template
+        assert template.is_relative_to(tmp_path / "site"), template  # the install's own copy
+        assert Path(argv[-1]).is_absolute() and (Path(argv[-1]) / "config.yaml").is_file()
+        accepted = subprocess.run(["sbatch", "--test-only", *argv], cwd=elsewhere, capture_output=True, text=True,
+                                  timeout=60, check=False)
+        assert accepted.returncode == 0 and "to start at" in accepted.stderr, (argv, accepted.stderr)
+    workers = dict(o.removeprefix("--").partition("=")[::2] for o in lines[1][:-2])
+    assert workers["mem"] == "12288MB" and workers["cpus-per-task"] == "16"  # 2 x (4096 + 2048) MB, 2 x 8 CPUs
 
 
 @pytest.mark.slurm

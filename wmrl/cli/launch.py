@@ -19,7 +19,7 @@ from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.lock import RunLock, RunLockHeld
 from wmrl.orchestration.preflight import preflight
 from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
-from wmrl.orchestration.slurm import COORDINATOR, WORKERS, sbatch_command_options
+from wmrl.orchestration.slurm import COORDINATOR, WORKERS, sbatch_command_options, template_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue a run that was cancelled (or stopped) from its latest checkpoint")
     parser.add_argument("--no-submit", action="store_true",
-                        help="only write the run directory and print the sbatch commands of "
-                             "slurm/templates/ that start it (coordinator.sbatch runs `wmrl coordinator RUN_DIR`)")
+                        help="only write the run directory and print the sbatch commands (the package's "
+                             "templates, absolute paths) that start it (coordinator.sbatch runs "
+                             "`wmrl coordinator RUN_DIR`)")
     parser.set_defaults(func=run)
 
 
@@ -130,14 +131,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_sbatch_commands(cfg: WMRLConfig, run: RunDir) -> None:
-    """What starts the run with plain sbatch (slurm/templates/); nothing is submitted here."""
+    """What starts the run with plain sbatch (the package's templates, absolute paths: the lines work from
+    any directory and from a pip install); nothing is submitted here."""
     coordinator, workers = ("".join(f"{o} " for o in sbatch_command_options(cfg, role)) for role in (COORDINATOR, WORKERS))
-    print(f"start:    sbatch {coordinator}slurm/templates/coordinator.sbatch {run.path}")
+    path = run.path.resolve()  # runs_root may be relative to where `wmrl launch` ran
+    print(f"start:    sbatch {coordinator}{template_path('coordinator.sbatch')} {path}")
     if cfg.launch.executor == "slurm":
-        print(f"          sbatch {workers}slurm/templates/workers.sbatch {run.path}")
+        print(f"          sbatch {workers}{template_path('workers.sbatch')} {path}")
     else:
         print(f"          (launch.executor=local: the coordinator job runs {cfg.launch.workers} worker processes)")
-    print(f"watch:    wmrl status {run.path}", flush=True)
+    print(f"templates: {template_path('coordinator.sbatch').parent} (also vllm-serve.sbatch, mlflow-server.sbatch)")
+    print(f"watch:    wmrl status {path}", flush=True)
 
 
 def wait_for_end(run_dir: RunDir, every_s: float) -> int:

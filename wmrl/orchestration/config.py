@@ -3,6 +3,7 @@ shared-storage exchange between them (leases, heartbeats, polling; see ``docs/ru
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -14,6 +15,19 @@ MPS_MODES = ("off", "own", "site")
 SHAPE_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "array")
 SHAPE_KEYS = ("launch.coordinator_nodes and launch.coordinator_tasks_per_node (the coordinator), "
               "launch.workers and launch.array_parallelism (the worker array)")
+
+
+def _sbatch_mem_mb(lines: list[str]) -> tuple[str, int] | None:
+    """The last ``--mem=SIZE`` among sbatch lines, as (line, MB); sbatch reads SIZE in MB unless it ends in
+    K, M, G or T. ``--mem=0`` (the node's whole memory) is None: nothing to compare."""
+    found = None
+    for line in lines:
+        name, _, value = line.removeprefix("#SBATCH").strip()[2:].partition("=")
+        match = re.fullmatch(r"(\d+)([KMGT]?)B?", value.strip().upper()) if name.strip() == "mem" else None
+        if match:
+            size = int(match.group(1)) * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[match.group(2)]
+            found = (line, int(size)) if size else None
+    return found
 
 
 def _check_sbatch_line(key: str, line: str) -> None:
@@ -92,8 +106,14 @@ class LaunchConfig:
     # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and its sandbox shares the host's IPC namespace and sees the
     # pipe directory, which MPS clients need (docs/sandbox.md, "Sharing a GPU").
     mps: str = "off"
-    worker_cpus: int = 1
+    # What one array task asks for: CPUs per task and memory (GB). 0 = derived from what the task runs:
+    # each of its slots holds one execution at a time (sandbox.threads CPUs; sandbox.memory_mb plus
+    # worker_own_mem_mb). A value set here must hold that much; the config check says what fits.
+    worker_cpus: int = 0
     worker_mem_gb: float = 0.0
+    # One slot's memory besides its execution: the `wmrl worker` process (~0.2 GB measured) and the
+    # grader, which loads the submission and the hidden answers after the execution ends.
+    worker_own_mem_mb: int = 2048
     # The array's "%" throttle: at most this many worker tasks run at once (0 = all of them).
     array_parallelism: int = 0
     # Extra sbatch options for both jobs, one per item: "--constraint=a100" or "#SBATCH --exclusive".
@@ -124,6 +144,46 @@ class LaunchConfig:
     # or e.g. wmrl.orchestration.work:python_work for a dry run of the plumbing.
     work: str = "wmrl.orchestration.work:real_work"
 
+    def worker_slots(self) -> int:
+        """Worker slots one Slurm array task runs: ``executions_per_gpu`` on each of its GPUs (1 without GPUs)."""
+        return self.executions_per_gpu * self.worker_gpus if self.worker_gpus > 0 else 1
+
+    def worker_task_needs(self, execution_mb: int, execution_threads: int) -> tuple[int, int]:
+        """(MB, CPUs) one array task needs: per slot one execution and the slot's own worker and grader.
+        The grader runs after its execution, and the worker process mostly sleeps, so a slot needs no
+        CPU beyond its execution's threads."""
+        slots = self.worker_slots()
+        return slots * (execution_mb + self.worker_own_mem_mb), slots * execution_threads
+
+    def worker_task_request(self, execution_mb: int, execution_threads: int) -> tuple[int, int]:
+        """(MB, CPUs) one array task asks Slurm for: ``worker_mem_gb`` / ``worker_cpus`` where set, else its needs."""
+        mb, cpus = self.worker_task_needs(execution_mb, execution_threads)
+        return (int(self.worker_mem_gb * 1024) if self.worker_mem_gb else mb), (self.worker_cpus or cpus)
+
+    def check_worker_fit(self, execution_mb: int, execution_threads: int, prefix: str = "launch",
+                         sandbox: str = "sandbox") -> None:
+        """Refuse a worker array task whose memory or CPUs cannot hold its slots' executions (checked at
+        load, with the sandbox section's memory_mb and threads): the job would be OOM-killed, or its
+        executions would share CPUs they were each told are theirs."""
+        need_mb, need_cpus = self.worker_task_needs(execution_mb, execution_threads)
+        slots = (f"{self.worker_slots()} slots ({prefix}.executions_per_gpu={self.executions_per_gpu} x "
+                 f"{prefix}.worker_gpus={self.worker_gpus})" if self.worker_gpus else "1 slot")
+        holds = (f"cannot hold one worker array task: {slots} x ({sandbox}.memory_mb={execution_mb} + "
+                 f"{prefix}.worker_own_mem_mb={self.worker_own_mem_mb}) = {need_mb} MB")
+        lowers = f"or lower {sandbox}.memory_mb" + (f" or {prefix}.executions_per_gpu" if self.worker_slots() > 1 else "")
+        if self.worker_mem_gb and self.worker_mem_gb * 1024 < need_mb:
+            raise ConfigError(f"{prefix}.worker_mem_gb={self.worker_mem_gb:g} {holds}; set {prefix}.worker_mem_gb to at "
+                              f"least {math.ceil(need_mb / 1024)} (or 0: derived), {lowers}")
+        if self.worker_cpus and self.worker_cpus < need_cpus:
+            raise ConfigError(
+                f"{prefix}.worker_cpus={self.worker_cpus} cannot run one worker array task: {slots} x "
+                f"{sandbox}.threads={execution_threads} = {need_cpus} CPUs; set {prefix}.worker_cpus to at least "
+                f"{need_cpus} (or 0: derived), or lower {sandbox}.threads")
+        line = _sbatch_mem_mb([*self.extra_sbatch, *self.worker_sbatch])  # the job's own list comes last: it wins
+        if line is not None and line[1] < need_mb:
+            raise ConfigError(f"{prefix}.worker_sbatch / extra_sbatch {line[0]!r} {holds}; remove the line (the "
+                              f"request is derived) or raise it, {lowers}")
+
     def validate(self, prefix: str = "launch") -> None:
         check_choice(f"{prefix}.executor", self.executor, EXECUTORS)
         check_choice(f"{prefix}.mps", self.mps, MPS_MODES)
@@ -150,11 +210,10 @@ class LaunchConfig:
         self._validate_slurm(prefix)
 
     def _validate_slurm(self, prefix: str) -> None:
-        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "worker_cpus",
-                     "executions_per_gpu"):
+        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "executions_per_gpu"):
             check_range(f"{prefix}.{name}", getattr(self, name), 1)
         for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",
-                     "max_requeues", "coordinator_mem_gb", "worker_mem_gb"):
+                     "max_requeues", "coordinator_mem_gb", "worker_mem_gb", "worker_cpus", "worker_own_mem_mb"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0)
         for name in ("checkpoint_margin_s", "checkpoint_every_s", "coordinator_gpu_memory_gb"):
             check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)

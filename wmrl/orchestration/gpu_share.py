@@ -64,7 +64,7 @@ def gpu_memory_mb(gpu: str) -> int | None:
 
 def slots_per_task(launch: LaunchConfig) -> int:
     """Worker slots one Slurm array task runs: ``executions_per_gpu`` on each of its GPUs (1 without GPUs)."""
-    return launch.executions_per_gpu * launch.worker_gpus if launch.worker_gpus > 0 else 1
+    return launch.worker_slots()
 
 
 def array_tasks(launch: LaunchConfig) -> int:

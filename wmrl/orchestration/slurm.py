@@ -16,10 +16,12 @@ the coordinator and ``wmrl launch`` never rewrite each other's records); ``wmrl 
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -73,6 +75,21 @@ def task_rank() -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- plain-sbatch templates
+
+
+def template_path(name: str) -> Path:
+    """The absolute path of a plain-sbatch template (``coordinator.sbatch``, ``workers.sbatch``,
+    ``vllm-serve.sbatch``, ``mlflow-server.sbatch``). They ship inside the package
+    (wmrl/orchestration/templates/, package data; slurm/templates links there in a checkout), so the
+    printed sbatch lines work from any directory and from a pip install."""
+    found = importlib.resources.files("wmrl.orchestration") / "templates" / name
+    if not isinstance(found, Path) or not found.is_file():  # e.g. a zipped install: sbatch needs a real file
+        raise FileNotFoundError(f"sbatch template {name!r} is not a file of the installed wmrl package ({found}); "
+                                "install wmrl from a directory or a wheel (pip install wmrl), not a zip")
+    return found.resolve()
+
+
 # --------------------------------------------------------------------------- executors
 
 
@@ -99,7 +116,7 @@ def job_sbatch_options(cfg: WMRLConfig, role: str) -> dict[str, Any]:
 def job_resources(cfg: WMRLConfig, role: str) -> dict[str, Any]:
     """What one job asks Slurm for, in submitit's parameter names (sbatch's, with ``_`` for ``-``): the
     coordinator its nodes, tasks, GPUs per node, CPUs per task, memory and time; the worker array (per
-    task) its own GPUs, CPUs, memory and time. ``wmrl launch`` submits exactly these, and
+    task) its own GPUs, CPUs, memory (both derived from its executions unless set) and time. ``wmrl launch`` submits exactly these, and
     ``wmrl launch --no-submit`` prints them as sbatch options."""
     launch = cfg.launch
     coordinator = role == COORDINATOR
@@ -107,12 +124,15 @@ def job_resources(cfg: WMRLConfig, role: str) -> dict[str, Any]:
     if coordinator:  # one learner rank per task; submitit's srun starts every task
         resources.update(nodes=launch.coordinator_nodes, ntasks_per_node=launch.coordinator_tasks_per_node)
     gpus = launch.coordinator_gpus if coordinator else launch.worker_gpus
-    mem_gb = launch.coordinator_mem_gb if coordinator else launch.worker_mem_gb
     if gpus:
         resources["gpus_per_node"] = gpus
-    resources["cpus_per_task"] = launch.coordinator_cpus if coordinator else launch.worker_cpus
-    if mem_gb:
-        resources["mem"] = f"{int(mem_gb * 1024)}MB"
+    if coordinator:
+        resources["cpus_per_task"] = launch.coordinator_cpus
+        if launch.coordinator_mem_gb:
+            resources["mem"] = f"{int(launch.coordinator_mem_gb * 1024)}MB"
+    else:  # derived from the executions its slots hold unless set (LaunchConfig.worker_task_request)
+        mem_mb, resources["cpus_per_task"] = launch.worker_task_request(cfg.sandbox.memory_mb, cfg.sandbox.threads)
+        resources["mem"] = f"{mem_mb}MB"
     resources["time"] = launch.coordinator_time_min if coordinator else launch.worker_time_min
     for key, value in (("partition", launch.partition), ("account", launch.account), ("qos", launch.qos)):
         if value:
@@ -121,7 +141,7 @@ def job_resources(cfg: WMRLConfig, role: str) -> dict[str, Any]:
 
 
 def sbatch_command_options(cfg: WMRLConfig, role: str) -> list[str]:
-    """The options a plain ``sbatch`` of slurm/templates/ needs to ask for what ``wmrl launch`` asks
+    """The options a plain ``sbatch`` of the templates (:func:`template_path`) needs to ask for what ``wmrl launch`` asks
     for (``wmrl launch --no-submit`` prints them): the job's resources, then its sbatch lines (which win,
     as in the submitted job), and for the workers the array's size and throttle."""
     options = {key.replace("_", "-"): value for key, value in job_resources(cfg, role).items()}
@@ -250,6 +270,41 @@ def check_slurm_available() -> None:
                 f"launch.executor=slurm but '{exe}' is not on PATH; run on a Slurm login node, "
                 "start the local cluster (sudo bash slurm/start-local.sh) or use launch.executor=local"
             )
+
+
+class SlurmClientError(RuntimeError):
+    """The Slurm client does not work where the coordinator runs (e.g. a container without it)."""
+
+
+SLURM_BIND_HINT = (
+    "bind the host's Slurm client into the container: sbatch, squeue, sacct, scontrol, scancel, libslurm and the "
+    "PluginDir, libmunge, the config directory (/etc/slurm) and munge's socket directory (/run/munge); "
+    "coordinator.sbatch binds them (WMRL_SLURM_BINDS=auto; `bash coordinator.sbatch --slurm-binds` on a compute "
+    "node lists them), or run the coordinator outside the image (docs/cluster.md, 'The coordinator in a container')")
+CONTAINER_VARS = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
+
+
+def check_slurm_client(python: str) -> None:
+    """Fail at the coordinator's start, in one line, where it could not submit or watch its worker arrays:
+    ``sbatch --version`` (the client and its libraries) and ``squeue --me`` (its config, munge's socket, the
+    controller) must work from where it runs. ``python`` is ``launch.python``: in a container the worker
+    jobs, which run on the host, cannot use this process's interpreter."""
+    container = next((os.environ[v] for v in CONTAINER_VARS if os.environ.get(v)), None)
+    where = f"{os.uname().nodename}" + (f", in container {container}" if container else "")
+    for argv in (["sbatch", "--version"], ["squeue", "--noheader", "--format=%i", "--me"]):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            problem = None if done.returncode == 0 else (done.stderr.strip().splitlines() or [f"rc {done.returncode}"])[-1]
+        except (OSError, subprocess.SubprocessError) as err:
+            problem = str(err)
+        if problem is not None:
+            raise SlurmClientError(f"`{' '.join(argv)}` fails where the coordinator runs ({where}): {problem}; "
+                                   + (SLURM_BIND_HINT if container else "run it where the Slurm client works"))
+    if container and not python:
+        raise SlurmClientError(
+            f"launch.python is empty, so the worker jobs would run this container's interpreter ({sys.executable}) "
+            "on the host; set launch.python to a command that exists there, e.g. "
+            f"'apptainer exec --nv IMAGE python' or /shared/wmrl/venv/bin/python")
 
 
 def _which(exe: str) -> bool:
