@@ -50,7 +50,7 @@ IPC_INIT = {"packed"}
 # hands its keyword arguments to EngineArgs, which refuses unknown ones.
 ENGINE_ARGS = {"model", "tokenizer", "dtype", "seed", "tensor_parallel_size", "gpu_memory_utilization",
                "max_model_len", "enforce_eager", "enable_prefix_caching", "enable_sleep_mode",
-               "weight_transfer_config"}
+               "weight_transfer_config", "language_model_only"}
 # LLM.wake_up(tags): "Values must be in ("weights", "kv_cache", "scheduling")" (vllm/entrypoints/llm.py).
 WAKE_TAGS = {"weights", "kv_cache", "scheduling"}
 GIB = 2**30

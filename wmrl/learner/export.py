@@ -19,6 +19,7 @@ import torch
 from wmrl.io import TMP_PREFIX, fsync_dir, step_name
 from wmrl.learner.checkpoint import complete_checkpoints, read_meta
 from wmrl.models.loading import text_config
+from wmrl.models.vision_language import name_problems
 
 EXPORT_RECORD = "wmrl_export.json"  # written beside the weights: the step and checkpoint exported
 
@@ -70,13 +71,13 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Path:
     config = text_config(AutoConfig.from_pretrained(str(hf), local_files_only=True))
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     state = consolidated_state_dict(checkpoint)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or []) if config.tie_word_embeddings else set()
-    if unexpected or set(missing) - tied:
+    missing, unexpected = name_problems(model, state, composite=False)  # the learner's names (tied ones once)
+    if missing or unexpected:
         raise ValueError(
             f"{checkpoint}: weights do not fit the architecture in hf/config.json "
-            f"(missing {sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]})"
+            f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
         )
+    model.load_state_dict(state, strict=False)  # a tied alias may be absent from ``state``
     if config.tie_word_embeddings:
         model.tie_weights()
     dtype = getattr(config, "dtype", None) or torch.float32  # save in the initial model's precision

@@ -8,6 +8,10 @@ Qwen3.5 releases are ``Qwen3_5ForConditionalGeneration`` checkpoints (vision tow
 the checkpoint's ``text_config``: transformers (>= 5.2) maps the weight names
 ``model.language_model.*`` to ``model.*`` and skips ``model.visual.*``, so the vision tower is never
 materialised. The same rule applies to any composite checkpoint whose text config names a causal LM.
+
+A load whose model and checkpoint do not fit by name (a tensor of the model that no checkpoint tensor
+fills, or a text tensor of the checkpoint the model has no place for) is a :class:`ModelError`, also
+under ZeRO-3, where transformers does not report unexpected tensors (``wmrl/models/vision_language.py``).
 """
 
 from __future__ import annotations
@@ -89,9 +93,30 @@ def load_causal_lm(path: str | Path, dtype: str = "float32", device: str | None 
     config = text_config(AutoConfig.from_pretrained(str(directory), local_files_only=True))
     torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(directory), config=config, dtype=torch_dtype, local_files_only=True
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(directory), config=config, dtype=torch_dtype, local_files_only=True, output_loading_info=True
         )
     except ValueError as err:  # no causal-LM class registered for this config
         raise ModelError(f"{directory}: cannot load a causal LM for model_type={config.model_type!r}: {err}") from err
+    check_loaded(model, directory, info)
     return (model if device is None else model.to(device)).eval()
+
+
+def check_loaded(model: Any, directory: Path, info: dict[str, Any]) -> None:
+    """A :class:`ModelError` unless every tensor of ``model`` came from the checkpoint and every text
+    tensor of the checkpoint went into ``model``: by name (:func:`name_problems`, which also covers
+    ZeRO-3) and as transformers reports it (its ``missing_keys`` catch a name it failed to map)."""
+    from wmrl.models.vision_language import checkpoint_tensor_names, is_composite_dir, name_problems
+
+    missing, unexpected = name_problems(model, checkpoint_tensor_names(directory), is_composite_dir(directory))
+    missing = sorted(set(missing) | set(info.get("missing_keys") or ()))
+    unexpected = sorted(set(unexpected) | set(info.get("unexpected_keys") or ()))
+    mismatched = sorted(str(key) for key in info.get("mismatched_keys") or ())
+    if missing or unexpected or mismatched:
+        parts = [f"{len(names)} {what} ({', '.join(names[:4])}{' ...' if len(names) > 4 else ''})"
+                 for what, names in (("tensors of the model missing from the checkpoint", missing),
+                                     ("checkpoint tensors the model has no place for", unexpected),
+                                     ("tensors of another shape", mismatched)) if names]
+        raise ModelError(f"{directory}: the weights do not fit the model its config.json describes: "
+                         f"{'; '.join(parts)}. A partial or foreign checkpoint would train from random "
+                         "values: copy the complete checkpoint (every shard of model.safetensors.index.json)")
