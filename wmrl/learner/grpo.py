@@ -40,7 +40,7 @@ from wmrl.learner import batch as batching
 from wmrl.learner import head
 from wmrl.learner.config import LearnerConfig
 from wmrl.learner.distributed import all_reduce
-from wmrl.learner.engine import build_engines
+from wmrl.learner.engine import HostPartitions, build_engines, offloadable_states
 from wmrl.learner.loss import STAT_SUMS, loss_coefficients, token_loss
 from wmrl.learner.memory import PeakMemory
 from wmrl.rollout import Groups
@@ -62,6 +62,9 @@ class GRPOLearner:
         self.rank, self.world_size = built.rank, built.world_size
         self.pad_id = int(getattr(self.engine.module.config, "pad_token_id", None) or 0)
         self.updates = 0  # optimizer steps taken (restored by load_checkpoint)
+        # The ZeRO-3 reference engine's partitions, moved by offload_states (Module.to moves nothing there).
+        self.reference_partitions = HostPartitions(self.reference.module) \
+            if self.reference is not None and cfg.zero_stage == 3 else None
         self._head_calls = 0  # LM-head calls per micro-batch in the current update (several ranks)
 
     # ------------------------------------------------------------------ the update
@@ -186,19 +189,30 @@ class GRPOLearner:
 
     # ------------------------------------------------------------------ colocated placement
     def offload_states(self) -> None:
-        """Move the model, its gradients and optimizer states (DeepSpeed's ``offload_states``) and the
-        reference model to host memory, freeing the GPU for a colocated vLLM (wmrl/generation/colocation.py)."""
+        """Move the model, its gradients and optimizer states (DeepSpeed's ``offload_states``, what it can
+        move for this optimizer: engine.offloadable_states) and the reference model to host memory,
+        freeing the GPU for a colocated vLLM (wmrl/generation/colocation.py)."""
         if not hasattr(self.engine.optimizer, "offload_states"):
             raise ValueError(f"generation.vllm.placement=colocated offloads the learner's states with DeepSpeed's "
                              f"offload_states, which needs learner.zero_stage >= 1 (got {self.cfg.zero_stage})")
-        self.engine.offload_states()
-        if self.reference is not None:
+        if self.cfg.offload_params:
+            # DeepSpeed refuses to move offloaded parameters; with them the partitions live in host memory.
+            raise ValueError("generation.vllm.placement=colocated cannot move the learner's states with "
+                             "learner.offload_params=true (DeepSpeed's offload_states refuses offloaded "
+                             "parameters): set it to false, or use placement=dedicated")
+        self.engine.offload_states(include=offloadable_states(self.engine))
+        if self.reference_partitions is not None:
+            self.reference.empty_partition_cache()  # the gathered copies (persistent ones too) first
+            self.reference_partitions.offload()
+        elif self.reference is not None:
             self.reference.to("cpu")
 
     def reload_states(self) -> None:
         """Bring back what :meth:`offload_states` moved to host memory."""
         self.engine.reload_states()
-        if self.reference is not None:
+        if self.reference_partitions is not None:
+            self.reference_partitions.reload(self.device)
+        elif self.reference is not None:
             self.reference.to(self.device)
 
     # ------------------------------------------------------------------ weights and checkpoints
