@@ -1,4 +1,5 @@
-"""``REPORT.md`` for ``wmrl simulate --scenario all``: each Must-show claim of issue 2, with its numbers.
+"""``REPORT.md`` for ``wmrl simulate --scenario all``: each Must-show claim of issue 2, with its numbers
+(``REPORT.json``: the paired comparisons' numbers, which README.md quotes).
 
     wmrl simulate --scenario all                      # writes results/simulate/<scenario>/...
     python scripts/simulate_report.py results/simulate  # reads them, writes results/simulate/REPORT.md
@@ -9,6 +10,7 @@ nothing here is hard-coded. An acceptance report, so it lives with the scripts, 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import numpy as np
 
 from wmrl.io import atomic_write_text, read_json
 from wmrl.simulate.scenarios import SCENARIOS
+from wmrl.sweep.paired import Paired, paired
 
 
 def _final(report: dict[str, Any], variant: str) -> tuple[float, float]:
@@ -24,10 +27,19 @@ def _final(report: dict[str, Any], variant: str) -> tuple[float, float]:
     return float(row["final_score"]), float(row["final_score_se"])
 
 
+def _paired(report: dict[str, Any], a: str, b: str) -> Paired:
+    """a - b paired by seed: every variant of a scenario runs the same seeds (same tasks, same draws)."""
+    def per_seed(v: str) -> dict[int, float]:
+        row = report["variants"][v]
+        return dict(zip(row["seeds"], map(float, row["final_scores"]), strict=True))
+
+    return paired(per_seed(b), per_seed(a))
+
+
 def _diff(report: dict[str, Any], a: str, b: str) -> tuple[float, float]:
-    """mean(a) - mean(b) and its standard error sqrt(se_a^2 + se_b^2)."""
-    (ma, sa), (mb, sb) = _final(report, a), _final(report, b)
-    return ma - mb, math.hypot(sa, sb)
+    """mean(a) - mean(b) and the standard error of the per-seed differences (paired by seed)."""
+    d = _paired(report, a, b)
+    return d.mean, d.se
 
 
 def _mark(ok: bool) -> str:
@@ -37,12 +49,17 @@ def _mark(ok: bool) -> str:
 TIE = "tie (within noise)"
 
 
-def _order(report: dict[str, Any], low: str, high: str) -> tuple[str, float, float]:
-    """Is ``low`` < ``high``? "holds" when the difference exceeds 2 SE, "reversed" when it is below
-    -2 SE, else a tie: a difference within noise neither supports nor refutes an ordering."""
-    diff, se = _diff(report, high, low)
-    verdict = "holds" if diff > 2 * se else "reversed" if diff < -2 * se else TIE
-    return verdict, diff, se
+def _order(report: dict[str, Any], low: str, high: str) -> tuple[str, Paired]:
+    """Is ``low`` < ``high``? "holds" when the paired 95% t-interval of high - low lies above 0,
+    "reversed" when it lies below, else a tie: the test neither supports nor refutes an ordering."""
+    d = _paired(report, high, low)
+    lo, hi = d.ci95
+    verdict = "holds" if lo > 0 else "reversed" if hi < 0 else TIE
+    return verdict, d
+
+
+def _interval(d: Paired) -> str:
+    return f"{d.mean:+.4f} ± {d.se:.4f}, t = {d.t:+.1f}, p = {d.p:.3f}, 95% CI [{d.ci95[0]:+.4f}, {d.ci95[1]:+.4f}]"
 
 
 def _rho_phases(report: dict[str, Any], runs: list[dict[str, Any]], step: int, w_max: float) -> tuple[float, float]:
@@ -58,11 +75,14 @@ def _rho_phases(report: dict[str, Any], runs: list[dict[str, Any]], step: int, w
 def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds: float,
                    previous: dict[str, dict[str, Any]] | None = None, note: str = "") -> None:
     lines = ["# `wmrl simulate`: the Must-show checks of issue 2", ""]
+    facts: dict[str, Any] = {}  # REPORT.json: the claims' numbers, for README.md (scripts/readme_numbers.py)
     lines += [
         "Produced by `wmrl simulate --scenario all` (all 7 variants x 5 seeds per scenario, defaults of",
         "`SimulatorConfig` + the scenario overrides; see `docs/simulate.md`). Scores are the expected true score",
-        "of the final policy (mean over tasks), mean ± standard error over seeds; a difference's SE is",
-        "sqrt(SE_a² + SE_b²). Per-scenario tables and plots are in the sub-directories.",
+        "of the final policy (mean over tasks), mean ± standard error over seeds. Every variant of a scenario",
+        "runs the same seeds, so differences are paired by seed: a difference's SE is the standard error of",
+        "the per-seed differences, its interval the t-interval (n - 1 degrees of freedom, two-sided 5%).",
+        "Per-scenario tables and plots are in the sub-directories.",
         "",
     ]
     d = reports.get("default")
@@ -80,14 +100,20 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
             "## 2. WMRL vs real-execution GRPO",
             "",
         ]
-        diff, se = _diff(d, "wmrl", "grpo_real")
+        pd = _paired(d, "wmrl", "grpo_real")
         frac = d["variants"]["wmrl"]["exec_frac_of_grpo_real"]
         w = _final(d, "wmrl")
-        ok_score, ok_exec = diff >= -2 * se, frac <= 0.15
+        ok_score, ok_exec = pd.ci95[0] <= 0 <= pd.ci95[1], frac <= 0.15
         hours = d["variants"]["grpo_real"]["gpu_hours"] / d["variants"]["wmrl"]["gpu_hours"]
+        verdict = (f"the interval holds 0: no difference shown at 5% ({_mark(ok_score)}), which is not equivalence: "
+                   f"it allows wmrl to end up to {-pd.ci95[0]:.4f} below grpo_real" if ok_score else
+                   f"the interval excludes 0: {_mark(ok_score)}, wmrl ends {'below' if pd.mean < 0 else 'above'} "
+                   "grpo_real by more than seed noise")
+        facts["wmrl_vs_grpo_real"] = {**pd.to_dict(), "no_difference_shown": ok_score, "exec_frac": frac,
+                                      "gpu_hours_ratio": hours}
         lines += [
-            (f"wmrl ends at {w[0]:.4f} ± {w[1]:.4f}, grpo_real at {_final(d, 'grpo_real')[0]:.4f}: difference "
-            f"{diff:+.4f} ± {se:.4f} ({diff / se:+.1f} SE) -> within two SE: {_mark(ok_score)}. wmrl recovers "
+            (f"wmrl ends at {w[0]:.4f} ± {w[1]:.4f}, grpo_real at {_final(d, 'grpo_real')[0]:.4f}: paired difference "
+            f"{_interval(pd)} -> {verdict}. wmrl recovers "
             f"{100 * (w[0] - init) / (_final(d, 'grpo_real')[0] - init):.0f}% of grpo_real's gain over the initial policy."),
             (f"Executions: {100 * frac:.1f}% of grpo_real's -> <= 15%: {_mark(ok_exec)}. Compute: grpo_real uses "
             f"{hours:.1f}x the GPU-hours of wmrl."),
@@ -108,22 +134,25 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         pairs = [("mixture", "denoise_only"), ("mixture", "debias_only"), ("denoise_only", "wmrl"),
                  ("debias_only", "wmrl")]
         verdicts = {pair: _order(d, *pair) for pair in pairs}
-        ties = [f"{a} vs {b}" for (a, b), (v, _, _) in verdicts.items() if v == TIE]
-        if all(v == "holds" for v, _, _ in verdicts.values()):
-            overall = "**holds**"
-        elif not any(v == "reversed" for v, _, _ in verdicts.values()):
-            overall = f"**holds up to ties** ({'; '.join(ties)}: {TIE})"
+        facts["table3"] = {f"{a}<{b}": {"verdict": v, **pd.to_dict()} for (a, b), (v, pd) in verdicts.items()}
+        held = [f"{a} < {b}" for (a, b), (v, _) in verdicts.items() if v == "holds"]
+        ties = [f"{a} vs {b}" for (a, b), (v, _) in verdicts.items() if v == TIE]
+        if all(v == "holds" for v, _ in verdicts.values()):
+            overall = "**holds** (every ordering by the paired test)"
+        elif not any(v == "reversed" for v, _ in verdicts.values()):
+            overall = (f"**partly shown**: the paired test orders {', '.join(held) or 'none'}; it cannot order "
+                       f"{'; '.join(ties)} (ties: the ordering is neither supported nor refuted)")
         else:
-            overall = "**does not hold** (an ordering is reversed by more than 2 SE)"
+            overall = "**does not hold** (the paired test reverses an ordering)"
         lines += [
             f"mixture {m:.4f} < denoise_only {dn:.4f}, debias_only {db:.4f} < wmrl {wm:.4f}: {overall}.",
-            "A comparison holds when its difference exceeds 2 SE, is reversed below -2 SE, else it is a tie:",
+            ("A comparison holds when the paired 95% t-interval of its difference lies above 0, is reversed when "
+             "it lies below, else it is a tie:"),
             "",
-            *(f"- {a} < {b}: {diff:+.4f} ± {se:.4f} ({diff / se:+.1f} SE): {verdict}"
-              for (a, b), (verdict, diff, se) in verdicts.items()),
+            *(f"- {a} < {b}: {_interval(pd)}: {verdict}" for (a, b), (verdict, pd) in verdicts.items()),
             "",
             (f"Gains over mixture: denoise_only {dn - m:+.4f}, debias_only {db - m:+.4f}, wmrl {wm - m:+.4f} "
-            f"(SE of a difference about {_diff(d, 'wmrl', 'mixture')[1]:.4f})."),
+            f"(paired SE of wmrl - mixture {_diff(d, 'wmrl', 'mixture')[1]:.4f})."),
             "",
         ]
     h = reports.get("harsh")
@@ -131,6 +160,7 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
         diff, se = _diff(h, "wmrl", "grpo_real")
         (w, _), (g, _), (p, _) = (_final(h, v) for v in ("wmrl", "grpo_real", "pure_wm"))
         init = h["variants"]["wmrl"]["initial_score"]
+        facts["harsh"] = {"gain_recovered": (w - init) / (g - init), **_paired(h, "wmrl", "grpo_real").to_dict()}
         lines += [
             "### Where WMRL falls short (scenario `harsh`, a documented limit)",
             "",
@@ -217,6 +247,7 @@ def write_mustshow(reports: dict[str, dict[str, Any]], path: Path, total_seconds
     if previous:
         lines += _what_moved(reports, previous, note)
     atomic_write_text(path, "\n".join(lines))
+    atomic_write_text(path.with_suffix(".json"), json.dumps(facts, indent=1) + "\n")
 
 
 def _what_moved(reports: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]], note: str) -> list[str]:

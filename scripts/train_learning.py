@@ -16,7 +16,8 @@ Compute: each run's CPU-hours (``compute_hours``, the measured seconds of every 
 runs on CPU), and per variant, on its seed-mean curve of training-task score against CPU-hours (one
 point per evaluation, paired with the hours logged at its step, as ``wmrl compare`` pairs them): the
 CPU-hours at which it first reaches ``grpo_real``'s final score, and ``grpo_real``'s score at the
-variant's CPU-hours (linear between evaluations).
+variant's CPU-hours (linear between evaluations: such a value is marked "interpolated", in the table and
+in ``learning.json``'s ``*_read`` keys, since no evaluation measured it).
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ import numpy as np
 import yaml
 
 from wmrl.simulate.report import mean_se, mean_se_text
-from wmrl.sweep.compare import first_crossing, score_at
+from wmrl.sweep.compare import (
+    INTERPOLATED,
+    MARK,
+    crossing_read,
+    first_crossing,
+    score_at,
+    score_at_read,
+)
 from wmrl.sweep.records import score_curve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +55,11 @@ def read_evals(run: Path) -> dict[tuple[str, str], dict]:
     return out
 
 
+def run_config(run: Path) -> dict:
+    """The run's resolved config (``config.yaml``, as `wmrl launch` wrote it)."""
+    return yaml.safe_load((run / "config.yaml").read_text())
+
+
 def finished_runs(sweeps: list[Path]) -> dict[str, list[Path]]:
     """Finished run directories of the sweeps by variant, in seed order. A variant that more than one of
     the sweeps ran is labelled with each sweep's name too (``wmrl [tiny_train_budget]``)."""
@@ -56,7 +69,7 @@ def finished_runs(sweeps: list[Path]) -> dict[str, list[Path]]:
             ended = run / "ENDED"
             if not ended.is_file() or json.loads(ended.read_text()).get("reason") != "finished":
                 continue
-            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            cfg = run_config(run)
             found.setdefault((cfg["algorithm"]["variant"], sweep), []).append((int(cfg["algorithm"]["seed"]), run))
     variants = [variant for variant, _ in found]
     return {(variant if variants.count(variant) == 1 else f"{variant} [{sweep.name}]"): [run for _, run in sorted(rs)]
@@ -115,13 +128,21 @@ def compute_table(runs: dict[str, list[Path]]) -> tuple[list[dict], list[str]]:
         ratio = total / float(np.mean(ref[0])) if ref is not None else float("nan")
         to_ref = first_crossing(hours, score, ref_final) if ref is not None else None
         ref_at = score_at(ref[1], ref[2], total) if ref is not None else float("nan")
+        to_ref_read = crossing_read(hours, score, ref_final) if to_ref is not None else None
+        ref_at_read = score_at_read(ref[1], total) if ref is not None else None
         rows.append({"variant": variant, "cpu_hours": totals, "cpu_hours_vs_grpo_real": ratio,
                      "final_score": float(score[-1]), "cpu_hours_to_grpo_real_final": to_ref,
-                     "grpo_real_score_at_cpu_hours": ref_at})
-        reach = "-" if ref is None else ("not reached" if to_ref is None else f"{to_ref:.3f}")
+                     "cpu_hours_to_grpo_real_final_read": to_ref_read,
+                     "grpo_real_score_at_cpu_hours": ref_at, "grpo_real_score_at_cpu_hours_read": ref_at_read})
+        reach = "-" if ref is None else ("not reached" if to_ref is None else f"{to_ref:.3f}{MARK[to_ref_read]}")
         lines.append(f"| {variant} | {len(totals)} | {mean_se_text(total, total_se, len(totals))} | "
                      f"{'-' if math.isnan(ratio) else f'{ratio:.1%}'} | {score[-1]:.4f} | {reach} | "
-                     f"{'-' if math.isnan(ref_at) else f'{ref_at:.4f}'} |")
+                     f"{'-' if math.isnan(ref_at) else f'{ref_at:.4f}{MARK[ref_at_read]}'} |")
+    if any(INTERPOLATED in (r["cpu_hours_to_grpo_real_final_read"], r["grpo_real_score_at_cpu_hours_read"])
+           for r in rows):
+        lines += ["", ("(interpolated): read linearly between two evaluations of a seed-mean curve, not measured "
+                       "by an evaluation at that point. (its final): "
+                       f"{REFERENCE}'s last evaluation, at fewer CPU-hours.")]
     return rows, lines
 
 

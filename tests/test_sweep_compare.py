@@ -159,3 +159,26 @@ def test_a_trainer_runs_mlflow_run_names_its_pinned_initial_policy(tmp_path: Pat
     assert [r.initial_policy for r in records] == ["sft-3cc97f37219cbc82", "my-sft@0123456789abcdef", "Qwen3.5-4B"]
     assert compare(records).mixed_initial_policies
     assert initial_policy_label(tmp_path) is None  # no pin, no tag
+
+
+def test_interpolated_readings_are_marked_in_the_table_and_the_csv():
+    """Issue 36: a trainer's grpo_real logs its score at steps 0 and 12 only; the speedup to the target
+    and grpo_real's score at a setting's hours are read between them: marked, never shown as measured."""
+    from wmrl.sweep.compare import csv_text
+
+    ref = [_rec("grpo_real", s, 0.8, [0.0, 0.15], [0.3, 0.8]) for s in range(2)]
+    wmrl = [_rec("wmrl", s, 0.8, [0.0, 0.05, 0.1], [0.3, 0.7, 0.8]) for s in range(2)]
+    c = compare(ref + wmrl)
+    w = next(s for s in c.settings if s.variant == "wmrl")
+    assert (w.hours_to_target_read, w.ref_score_at_compute_read) == ("interpolated", "interpolated")
+    table = markdown(c)
+    row = next(line for line in table.splitlines() if line.startswith("| wmrl"))
+    assert "(interpolated)" in row and "0.6333 (interpolated)" in row
+    assert "(interpolated): read linearly between two logged points" in table
+    header, line = csv_text(c).splitlines()[0], csv_text(c).splitlines()[2]
+    assert header.endswith(",gpu_hours_to_target_read,grpo_real_score_at_equal_gpu_hours_read,hours_unit")
+    assert line.endswith(",interpolated,interpolated,GPU")
+    # every reading at a logged point: nothing marked
+    same = compare([_rec("grpo_real", s, 0.8, [0.0, 0.1], [0.3, 0.8]) for s in range(2)]
+                   + [_rec("wmrl", s, 0.8, [0.0, 0.1], [0.3, 0.8]) for s in range(2)], target=0.8)
+    assert "(interpolated)" not in markdown(same)

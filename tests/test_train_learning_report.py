@@ -79,3 +79,24 @@ def test_runs_of_several_sweeps_are_told_apart_where_a_variant_is_in_more_than_o
     runs = tl.finished_runs([main, budget])
     assert runs == {"grpo_real": grpo[::-1], "wmrl [tiny_train]": wmrl, "wmrl [tiny_train_budget]": longer}
     assert tl.finished_runs([budget]) == {"wmrl": longer}
+
+
+def test_values_read_between_two_evaluations_are_marked_interpolated(tmp_path: Path):
+    """Issue 36: grpo_real evaluated at steps 0 and 4 only; wmrl's crossing of its final score and
+    grpo_real's score at wmrl's CPU-hours both lie between those evaluations: not measurements."""
+    tl = _script()
+    runs = {"grpo_real": [_run(tmp_path, "g", 0.5, {0: 0.2, 4: 0.8})],
+            "wmrl": [_run(tmp_path, "w", 0.1, {0: 0.2, 2: 0.7, 4: 1.0})]}
+    rows, lines = tl.compute_table(runs)
+    wmrl = rows[1]
+    assert wmrl["cpu_hours_to_grpo_real_final_read"] == "interpolated"  # 0.8 lies between 0.7 and 1.0
+    assert wmrl["grpo_real_score_at_cpu_hours_read"] == "interpolated"  # 0.4 h between grpo_real's 0 and 2
+    assert lines[3].endswith("| 0.267 (interpolated) | 0.3200 (interpolated) |")
+    assert any(line.startswith("(interpolated): read linearly between two evaluations") for line in lines)
+    # a crossing at an evaluation, and a variant costing more than grpo_real's whole run, are not interpolated
+    runs = {"grpo_real": [_run(tmp_path, "g2", 0.1, {0: 0.2, 4: 0.8})],
+            "wmrl": [_run(tmp_path, "w2", 0.5, {0: 0.2, 2: 0.8, 4: 0.9})]}
+    rows, lines = tl.compute_table(runs)
+    assert rows[1]["cpu_hours_to_grpo_real_final_read"] == "evaluated"
+    assert rows[1]["grpo_real_score_at_cpu_hours_read"] == "final"
+    assert lines[3].endswith("| 1.000 | 0.8000 (its final) |") and "interpolated" not in "\n".join(lines)

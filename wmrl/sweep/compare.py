@@ -6,6 +6,10 @@ docs/sweeps.md; CPU-hours for runs that ran on CPU, see :attr:`Comparison.unit`)
 score, and ``grpo_real``'s score at this setting's compute), and calibration health at the end (η̂², ρ,
 how many seeds' Assumption-6 audits warned). The cheapest setting whose mean score is within one
 standard error of the best mean is named below the table.
+
+A value read off a mean curve between two of its logged points (a trainer logs its score only at its
+evaluations) is a linear interpolation, not a measurement: :func:`crossing_read` and
+:func:`score_at_read` say how each was read, and the table marks interpolated values as such.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from wmrl.sweep.records import RunRecord
 
 REFERENCE = "grpo_real"
 TARGET_FRACTION = 0.9  # default target: grpo_real's first logged score + 90% of its gain by the end
+# How a value was read off a curve: at a logged point, between two (linear), or past the last one
+EVALUATED, INTERPOLATED, FINAL = "evaluated", "interpolated", "final"
+MARK = {EVALUATED: "", INTERPOLATED: " (interpolated)", FINAL: " (its final)"}
 
 
 @dataclass
@@ -38,8 +45,10 @@ class Setting:
     curve_hours: np.ndarray = field(default_factory=lambda: np.zeros(0))
     curve_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
     hours_to_target: float | None = None
+    hours_to_target_read: str = EVALUATED
     speedup_to_target: float | None = None
     ref_score_at_compute: float | None = None
+    ref_score_at_compute_read: str = EVALUATED
     eta2: float | None = None
     rho: float | None = None
     audits: str = "-"
@@ -71,6 +80,23 @@ def score_at(hours: np.ndarray, score: np.ndarray, budget: float) -> float:
     if budget >= hours[-1]:
         return float(score[-1])
     return float(np.interp(budget, hours, score))
+
+
+def crossing_read(hours: np.ndarray, score: np.ndarray, target: float) -> str:
+    """How :func:`first_crossing` read its value: at a logged point, or interpolated between two."""
+    above = np.nonzero(np.asarray(score) >= target)[0]
+    if len(above) == 0 or above[0] == 0 or np.isclose(score[above[0]], target):
+        return EVALUATED
+    return INTERPOLATED
+
+
+def score_at_read(hours: np.ndarray, budget: float) -> str:
+    """How :func:`score_at` read its value: at a logged point, interpolated, or the curve's final
+    score (``budget`` past its last point: what it ended at, with fewer hours)."""
+    hours = np.asarray(hours, dtype=float)
+    if np.isclose(hours, budget, rtol=1e-9, atol=0.0).any():
+        return EVALUATED
+    return FINAL if budget > hours[-1] else INTERPOLATED
 
 
 def _settings(records: list[RunRecord]) -> list[Setting]:
@@ -138,10 +164,12 @@ def compare(records: list[RunRecord], target: float | None = None) -> Comparison
             continue
         if target is not None:
             s.hours_to_target = first_crossing(s.curve_hours, s.curve_score, target)
+            s.hours_to_target_read = crossing_read(s.curve_hours, s.curve_score, target)
             if s.hours_to_target and ref_hours:
                 s.speedup_to_target = ref_hours / s.hours_to_target
         if ref is not None:
             s.ref_score_at_compute = score_at(ref.curve_hours, ref.curve_score, s.gpu_hours)
+            s.ref_score_at_compute_read = score_at_read(ref.curve_hours, s.gpu_hours)
     scored = [s for s in settings if math.isfinite(s.score)]
     best = max(scored, key=lambda s: s.score) if scored else None
     cheapest = None
@@ -192,14 +220,21 @@ def _score_text(s: Setting) -> str:
     return mean_se_text(s.score, s.score_se, len(s.runs))
 
 
+def _marked(text: str, read: str) -> str:
+    return text if text == "-" else text + MARK[read]
+
+
 def rows(c: Comparison) -> list[list[str]]:
     out = []
     for s in c.settings:
         out.append([
             s.variant, f"{s.anchor_frac:g}", f"{s.w_max:g}", str(len(s.runs)),
-            _score_text(s), _hours(s.gpu_hours), _hours(s.hours_to_target),
-            (_f(s.speedup_to_target, ".2f") + "x") if s.speedup_to_target else "-",
-            _f(s.ref_score_at_compute, ".4f"), _f(s.eta2, ".3f"), _f(s.rho, ".2f"), s.audits,
+            _score_text(s), _hours(s.gpu_hours), _marked(_hours(s.hours_to_target), s.hours_to_target_read),
+            # grpo_real's own speedup is 1 by definition, however its hours were read
+            _marked((_f(s.speedup_to_target, ".2f") + "x") if s.speedup_to_target else "-",
+                    EVALUATED if s is c.reference else s.hours_to_target_read),
+            _marked(_f(s.ref_score_at_compute, ".4f"), s.ref_score_at_compute_read),
+            _f(s.eta2, ".3f"), _f(s.rho, ".2f"), s.audits,
         ])
     return out
 
@@ -213,6 +248,11 @@ def markdown(c: Comparison) -> str:
         lines.append(f"Target score {c.target:.4f}" + (
             f" ({REFERENCE}'s first logged score + {TARGET_FRACTION:.0%} of its gain)" if c.reference else ""
         ) + f"; speedup = grpo_real's {c.unit}-hours to the target / the setting's.")
+    if any(INTERPOLATED in (s.hours_to_target_read, s.ref_score_at_compute_read) for s in c.settings):
+        lines.append("(interpolated): read linearly between two logged points of a mean curve (a trainer logs its "
+                     "score only at its evaluations), not measured at that point.")
+    if any(s.ref_score_at_compute_read == FINAL for s in c.settings if s.ref_score_at_compute is not None):
+        lines.append(f"(its final): {REFERENCE}'s last logged score, reached with fewer {c.unit}-hours.")
     if c.best is not None and c.cheapest is not None:
         lines.append(f"Best mean score: {c.best.label} ({_score_text(c.best)}).")
         lines.append(f"Cheapest within one standard error of the best: **{c.cheapest.label}** "
@@ -233,10 +273,12 @@ def csv_text(c: Comparison) -> str:
     writer.writerow(["variant", "anchor_frac", "w_max", "seeds", "final_score", "final_score_se", "gpu_hours",
                      *(f"gpu_hours_{p}" for p in phases), "gpu_hours_to_target", "speedup_to_target",
                      "grpo_real_score_at_equal_gpu_hours", "eta2_end", "rho_end", "audit_warned",
-                     "hours_unit"])
+                     "gpu_hours_to_target_read", "grpo_real_score_at_equal_gpu_hours_read", "hours_unit"])
     for s in c.settings:
         values: list[Any] = [s.variant, s.anchor_frac, s.w_max, len(s.runs), s.score, s.score_se, s.gpu_hours,
                              *(s.phase_hours.get(p, 0.0) for p in phases), s.hours_to_target,
-                             s.speedup_to_target, s.ref_score_at_compute, s.eta2, s.rho, s.audits, c.unit]
+                             s.speedup_to_target, s.ref_score_at_compute, s.eta2, s.rho, s.audits,
+                             s.hours_to_target_read if s.hours_to_target is not None else "",
+                             s.ref_score_at_compute_read if s.ref_score_at_compute is not None else "", c.unit]
         writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in values])
     return buf.getvalue()

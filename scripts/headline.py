@@ -1,0 +1,233 @@
+"""The headline comparison of the tiny default: wmrl against grpo_real, both reusing executions, paired by seed.
+
+    wmrl sweep sweeps/headline_reuse.yaml --max-parallel 2
+    python scripts/headline.py runs/sweeps/headline_reuse --out results/train
+
+Reads the sweep's finished runs as ``scripts/train_learning.py`` does (same readers): per run the
+training-task score after the last step (``sample_mean``: the mean over tasks x k samples of that
+evaluation, really executed) and its CPU-hours (``compute_hours``: the measured seconds of every
+phase). Writes ``OUT/headline.json`` and ``OUT/headline.md``:
+
+- per variant: seeds, score mean ± s.e., CPU-hours of the runs and **one-time costs**: wmrl's
+  executed-solution memory is built once per SFT build (its policy samples drawn, its own executions;
+  ``RUN_DIR/memory_build.json``, written by the trainer), grpo_real needs nothing beyond the SFT, which
+  both share (stated apart, not charged to either). ``cpu_hours_mean`` charges the whole one-time cost
+  to each run (what one run from a fresh build pays: the headline's basis); ``cpu_hours_mean_amortised``
+  spreads it over the sweep's runs of the variant.
+- wmrl - grpo_real paired by seed (same seed = same start): mean, t-interval, t, p; and the design's
+  power at true differences of 0.05 and 0.10 with the observed sd of the paired differences, and the
+  seeds 80% power would need.
+- ``sentence``: the README's headline sentence (``scripts/readme_numbers.py`` copies it in).
+
+Runs whose memory was built by a wmrl that did not record the samples' draw yet: move the build's cached
+samples aside (``~/.cache/wmrl/policy_samples/<key>.json``, the newest, with no ``<key>.cost.json``
+beside it), run ``wmrl train train.steps=1 run_name=memory_build`` once on the same machine (the samples
+are drawn again, the same seeds; their executions are read back from the outcome cache with the seconds
+they were first run in), and pass ``--memory-build runs/memory_build/memory_build.json``.
+
+Every run must have ``launch.reuse_executions`` on (the fair baseline: any sane implementation runs an
+identical code once); the script refuses a sweep where one has not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_learning: the readers of a sweep's runs
+
+import train_learning as tl
+
+from wmrl.simulate.report import mean_se
+from wmrl.sweep.paired import ALPHA, TARGET_POWER, paired, pairs_for_power, power
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE, CANDIDATE = "grpo_real", "wmrl"
+MEMORY_BUILD = "memory_build.json"  # wmrl.trainers.llm.MEMORY_BUILD (not imported: that pulls in torch)
+INITIAL_POLICY = "initial_policy.json"  # wmrl.sft.pipeline.INITIAL_POLICY: {path, build_hash}
+POWER_AT = (0.05, 0.10)
+
+
+def final_train_score(run: Path) -> float:
+    """The training-task score of the run's last evaluation (``after``), as learning.md reports it."""
+    return float(tl.read_evals(run)[("after", "train")]["sample_mean"])
+
+
+def final_heldout_score(run: Path) -> float | None:
+    e = tl.read_evals(run).get(("after", "heldout"))
+    return None if e is None else float(e["sample_mean"])
+
+
+def memory_build_hours(runs: list[Path], record: Path | None) -> tuple[float, dict[str, Any]]:
+    """(CPU-hours, the record) of the memory's one-time build: generation of its policy samples plus its
+    own executions. ``record`` (a ``memory_build.json``) overrides the runs' own records."""
+    found = [json.loads(p.read_text()) for p in ([record] if record else [r / MEMORY_BUILD for r in runs])
+             if p.is_file()]
+    timed = [f for f in found if f.get("seconds_generation") is not None]
+    if not timed:
+        raise SystemExit(
+            f"no {MEMORY_BUILD} with the samples' generation seconds in the {CANDIDATE} runs: their memory was "
+            "built before it was recorded. Re-measure it (see this script's docstring) and pass that run's "
+            f"{MEMORY_BUILD} with --memory-build, or give --one-time-cpu-hours and --one-time-source")
+    builds = {f.get("build") for f in found}
+    if len(builds) > 1:
+        raise SystemExit(f"the {CANDIDATE} runs' memories were built from different SFTs: {sorted(map(str, builds))}")
+    first = timed[0]
+    seconds = float(first["seconds_generation"]) + float(first.get("seconds_execution", 0.0))
+    return seconds / 3600, {**first, "source": str(record) if record else f"the {CANDIDATE} runs' {MEMORY_BUILD}"}
+
+
+def variant_summary(runs: list[Path], one_time_hours: float) -> dict[str, Any]:
+    seeds = [int(tl.run_config(r)["algorithm"]["seed"]) for r in runs]
+    scores = [final_train_score(r) for r in runs]
+    hours = [tl.cost_curve(r)[0] for r in runs]
+    heldout = [h for h in map(final_heldout_score, runs) if h is not None]
+    (score, score_se), (run_hours, run_hours_se) = mean_se(scores), mean_se(hours)
+    return {"seeds": seeds, "score_mean": score, "score_se": score_se, "score_per_seed": scores,
+            "heldout_score_mean": mean_se(heldout)[0] if heldout else None,
+            "steps": int(tl.run_config(runs[0])["train"]["steps"]),
+            "run_cpu_hours_mean": run_hours, "run_cpu_hours_se": run_hours_se, "run_cpu_hours_per_seed": hours,
+            "one_time_cpu_hours": one_time_hours,
+            "cpu_hours_mean": run_hours + one_time_hours,
+            "cpu_hours_mean_amortised": run_hours + one_time_hours / len(runs)}
+
+
+def headline(sweep: Path, memory_record: Path | None = None, one_time: tuple[float, str] | None = None,
+             sft_cpu_hours: float | None = None) -> dict[str, Any]:
+    runs = tl.finished_runs([sweep])
+    missing = [v for v in (REFERENCE, CANDIDATE) if v not in runs]
+    if missing:
+        raise SystemExit(f"no finished {' or '.join(missing)} run under {sweep}/runs")
+    off = [r.name for v in (REFERENCE, CANDIDATE) for r in runs[v]
+           if not tl.run_config(r)["launch"].get("reuse_executions")]
+    if off:
+        raise SystemExit(f"launch.reuse_executions is off in {', '.join(off)}: not the fair baseline")
+    starts = {json.loads((r / INITIAL_POLICY).read_text()).get("build_hash") if (r / INITIAL_POLICY).is_file()
+              else None for v in (REFERENCE, CANDIDATE) for r in runs[v]}
+    if len(starts) > 1:  # a seed is the same start only from one initial policy
+        raise SystemExit(f"the runs did not start from one initial policy: {sorted(map(str, starts))}")
+    if one_time is not None:
+        build_hours, build = one_time[0], {"source": one_time[1]}
+    else:
+        build_hours, build = memory_build_hours(runs[CANDIDATE], memory_record)
+        if build.get("build") and None not in starts and build["build"] not in starts:
+            raise SystemExit(f"the memory build {build['build']} is not of the runs' initial policy {sorted(starts)}")
+    ref = variant_summary(runs[REFERENCE], 0.0)
+    cand = variant_summary(runs[CANDIDATE], build_hours)
+    cand["one_time"] = {"what": "the executed-solution memory's build: its policy samples drawn and its own "
+                                "executions (once per SFT build)", **build}
+    ref["one_time"] = {"what": "none beyond the SFT, which both variants share"}
+    diff = paired(dict(zip(ref["seeds"], ref["score_per_seed"])), dict(zip(cand["seeds"], cand["score_per_seed"])))
+    cand.update(paired_diff_mean=diff.mean, paired_diff_ci95=list(diff.ci95), paired=diff.to_dict(),
+                cpu_hours_vs_grpo_real=cand["cpu_hours_mean"] / ref["cpu_hours_mean"],
+                cpu_hours_vs_grpo_real_amortised=cand["cpu_hours_mean_amortised"] / ref["cpu_hours_mean_amortised"],
+                run_cpu_hours_vs_grpo_real=cand["run_cpu_hours_mean"] / ref["run_cpu_hours_mean"])
+    design = {"alpha": ALPHA, "test": "two-sided paired t-test, n - 1 degrees of freedom",
+              "pairs": diff.n, "sd_paired_diff": diff.sd,
+              "power": {f"{d:.2f}": power(d, diff.sd, diff.n) for d in POWER_AT},
+              f"pairs_for_{TARGET_POWER:.0%}_power": {f"{d:.2f}": pairs_for_power(d, diff.sd) for d in POWER_AT}}
+    out = {"reuse_executions": True, "sweep": sweep.name, "initial_policy": starts.pop(),
+           "score": "training-task score after the last step: mean over the evaluated samples (tasks x k), really "
+                    "executed; mean ± standard error over seeds",
+           "cost": "CPU-hours: the measured seconds of every phase / 3600 (one torch thread per run)",
+           "cost_basis": "per_run",
+           "cost_basis_note": "cpu_hours_mean charges each variant's whole one-time cost to every run (what one run "
+                              "from a fresh build pays); cpu_hours_mean_amortised spreads it over the sweep's runs",
+           "shared_one_time": {"sft_cpu_hours": sft_cpu_hours,
+                               "note": "the SFT (its examples and training) is shared by both variants and charged "
+                                       "to neither"},
+           "variants": {REFERENCE: ref, CANDIDATE: cand}, "design": design}
+    out["sentence"] = sentence(out)
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def sentence(h: dict[str, Any]) -> str:
+    """The README's headline: what was compared, the paired difference with its interval, the costs."""
+    ref, cand, design = h["variants"][REFERENCE], h["variants"][CANDIDATE], h["design"]
+    lo, hi = cand["paired_diff_ci95"]
+    power_text = ", ".join(f"{p:.0%} at {d}" for d, p in design["power"].items() if math.isfinite(p))
+    return (f"Over {len(cand['seeds'])} seeds, both variants reusing executions, wmrl's {cand['steps']} steps reach "
+            f"{cand['score_mean']:.3f} ± {cand['score_se']:.3f} on the training tasks against grpo_real's "
+            f"{ref['score_mean']:.3f} ± {ref['score_se']:.3f} (paired by seed: {cand['paired_diff_mean']:+.3f}, "
+            f"95% CI [{lo:+.3f}, {hi:+.3f}]; the design's power {power_text}), at "
+            f"{_pct(cand['cpu_hours_vs_grpo_real'])} of grpo_real's CPU-hours with the memory's one-time build "
+            f"({cand['one_time_cpu_hours']:.3f} CPU-hours) charged to each run, "
+            f"{_pct(cand['cpu_hours_vs_grpo_real_amortised'])} spread over the sweep's {len(cand['seeds'])} runs.")
+
+
+def markdown(h: dict[str, Any], command: str) -> str:
+    ref, cand, design = h["variants"][REFERENCE], h["variants"][CANDIDATE], h["design"]
+    rows = [("| variant | seeds | training-task score (mean ± s.e.) | CPU-hours of a run | one-time CPU-hours | "
+             "CPU-hours per run, one-time charged to each (headline) | one-time spread over the sweep |"),
+            "|---|---|---|---|---|---|---|"]
+    for name, v in ((REFERENCE, ref), (CANDIDATE, cand)):
+        rows.append(f"| {name} | {len(v['seeds'])} | {v['score_mean']:.3f} ± {v['score_se']:.3f} | "
+                    f"{v['run_cpu_hours_mean']:.3f} ± {v['run_cpu_hours_se']:.3f} | {v['one_time_cpu_hours']:.3f} | "
+                    f"{v['cpu_hours_mean']:.3f} | {v['cpu_hours_mean_amortised']:.3f} |")
+    p = cand["paired"]
+    lo, hi = p["ci95"]
+    power_rows = [f"| {d} | {pw:.0%} | {design[f'pairs_for_{TARGET_POWER:.0%}_power'][d]} |"
+                  for d, pw in design["power"].items()]
+    sft = h["shared_one_time"]["sft_cpu_hours"]
+    paired_line = (f"**wmrl - grpo_real, paired by seed** (same seed = same start): {p['mean']:+.4f} (sd {p['sd']:.4f}, "
+                   f"{p['n']} pairs), 95% t-interval [{lo:+.4f}, {hi:+.4f}], t = {p['t']:.2f}, p = {p['p']:.2f}.")
+    cost_line = (f"CPU-hours, wmrl / grpo_real: **{cand['cpu_hours_vs_grpo_real']:.0%}** with the one-time cost "
+                 f"charged to each run (the headline's basis), {cand['cpu_hours_vs_grpo_real_amortised']:.0%} spread "
+                 f"over the sweep, {cand['run_cpu_hours_vs_grpo_real']:.0%} without it.")
+    one_time_line = (f"One-time costs: wmrl: {cand['one_time']['what']} ({cand['one_time']['source']}); grpo_real: "
+                     f"{ref['one_time']['what']}. SFT: "
+                     + (f"{sft:.3f} CPU-hours, " if sft is not None else "not measured here, ")
+                     + "shared, charged to neither.")
+    power_line = (f"The design's power ({design['test']}, alpha {design['alpha']}, the observed sd of the paired "
+                  "differences):")
+    return "\n".join([
+        "# The headline: wmrl against grpo_real, both reusing executions", "",
+        f"Report: `{command}`. {h['score']}. {h['cost']}.", "",
+        *rows, "", paired_line, "", cost_line, "", one_time_line, "", power_line, "",
+        f"| true difference | power with {design['pairs']} pairs | pairs for {TARGET_POWER:.0%} power |", "|---|---|---|",
+        *power_rows, "",
+        "Headline sentence (README): " + h["sentence"], ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="the sweep directory (runs/sweeps/headline_reuse)")
+    parser.add_argument("--out", default=str(REPO / "results" / "train"))
+    parser.add_argument("--memory-build", type=Path, help=f"a {MEMORY_BUILD} to read the one-time cost from "
+                        f"(default: the {CANDIDATE} runs' own)")
+    parser.add_argument("--one-time-cpu-hours", type=float, help="wmrl's one-time CPU-hours, measured elsewhere")
+    parser.add_argument("--one-time-source", default="", help="where --one-time-cpu-hours was measured")
+    parser.add_argument("--sft-cpu-hours", type=float, help="the shared SFT's CPU-hours, to state (charged to neither)")
+    args = parser.parse_args(argv)
+    if (args.one_time_cpu_hours is None) != (not args.one_time_source):
+        parser.error("--one-time-cpu-hours and --one-time-source go together")
+    one_time = None if args.one_time_cpu_hours is None else (args.one_time_cpu_hours, args.one_time_source)
+    h = headline(Path(args.sweep), args.memory_build, one_time, args.sft_cpu_hours)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "headline.json").write_text(json.dumps(h, indent=1, default=_json_default) + "\n")
+    command = "python scripts/headline.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    (out / "headline.md").write_text(markdown(h, command))
+    print(h["sentence"])
+    return 0
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
