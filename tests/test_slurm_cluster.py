@@ -350,6 +350,6 @@ def test_vllm_serve_template_publishes_the_url_once_the_server_is_healthy(cluste
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
         assert (tmp_path / "argv").read_text().split() == [
             "serve", "/models/qwen", "--served-model-name", "/models/qwen", "--host", "0.0.0.0", "--port", str(port),
-            "--max-model-len", "13312", "--generation-config", "vllm"]
+            "--max-model-len", "13312", "--generation-config", "vllm", "--language-model-only"]
     finally:
         _cancel(job)
