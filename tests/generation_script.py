@@ -39,8 +39,8 @@ def main() -> None:
     if int(os.environ["RANK"]) != 0:
         follow(cfg, functools.partial(place_on_rank, cfg=generation, dtype="float32"))
         return
-    learner = lead(cfg, args.model)
-    learner, generator = place_on_rank(learner, args.model, generation, "float32", leader=learner)
+    leader = lead(cfg, args.model)
+    learner, generator = place_on_rank(leader, args.model, leader.channel, generation, "float32")
     prompts = [[5 + i, 17, 42 + 3 * i, 9] for i in range(5)]  # 5 requests: shares of 3 and 2
     params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8, seed=7)
     seeds = request_seeds(params, len(prompts), None)
@@ -56,7 +56,7 @@ def main() -> None:
     learner.update(groups, advantages_of(groups, seed=1), weights)
     generator.update_weights(learner.named_parameters())  # every rank's engine from the gathers
     after = call()
-    learner.release()
+    leader.release()
     Path(args.out).write_text(json.dumps({"world_size": learner.world_size, "before": before, "after": after,
                                           "data_parallel": type(generator).__name__}))
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_support import advantages_of, make_groups, parameters
 
 from wmrl.learner.config import LearnerConfig
-from wmrl.learner.distributed import leave_rank
+from wmrl.learner.distributed import init_distributed, leave_rank
 from wmrl.learner.follower import follow, lead
 from wmrl.learner.grpo import GRPOLearner
 
@@ -47,7 +49,12 @@ def main() -> None:
     parser.add_argument("--loss-chunk-tokens", type=int, default=4096)
     parser.add_argument("--follow", action="store_true")  # ranks 1.. follow rank 0 instead of running the loop
     parser.add_argument("--sync-out", default="")  # where rank 0 writes the bucketed weight sync's tensors
+    parser.add_argument("--group-timeout-s", type=float, default=0.0)  # the learner group's timeout (0: its default)
+    parser.add_argument("--idle-s", type=float, default=0.0)  # rank 0 works alone this long between two updates
+    parser.add_argument("--kill-leader-after", type=int, default=0)  # rank 0 dies (SIGKILL) after this many updates
     args = parser.parse_args()
+    if args.group_timeout_s:
+        init_distributed(timeout_s=args.group_timeout_s)
 
     cfg = LearnerConfig(loss_chunk_tokens=args.loss_chunk_tokens, lr=args.lr, optimizer=args.optimizer, zero_stage=args.zero_stage, micro_batch_size=args.micro,
                         offload_optimizer=args.offload_optimizer, offload_params=args.offload_params,
@@ -63,11 +70,16 @@ def main() -> None:
     start = learner.load_checkpoint(args.resume) if args.resume else 0
     metrics = []
     for step in range(start + 1, args.updates + 1):
+        if step > start + 1 and args.idle_s:  # what an evaluation or a long anchor turn does to the ranks
+            time.sleep(args.idle_s)
         groups = make_groups(args.groups, args.n, seed=step, gen_len=tuple(args.gen_len))
         weights = np.linspace(1.0, 2.0, args.groups)
         metrics.append(learner.update(groups, advantages_of(groups, seed=step), weights / weights.sum()))
         if step == args.save_after:
             learner.save_checkpoint(args.ckpt_root, step)
+        if step == args.kill_leader_after:  # between two calls, as a crashed or OOM-killed coordinator
+            print("leader killed after update", step, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
     if args.sync_out:  # the weight sync's stream in bf16, from every rank's gathers, kept by rank 0
         buckets = [dict(bucket) for bucket in learner.weight_buckets(torch.bfloat16)]
         if learner.rank == 0:

@@ -26,6 +26,7 @@ import torch
 
 from wmrl.generation.base import Generation, Generator, SamplingParams
 from wmrl.generation.config import GenerationConfig
+from wmrl.learner.follower import PlacedLearner
 
 SLEEP_TAGS = ("weights", "kv_cache")  # what vLLM's sleep frees, in the order wmrl wakes them
 
@@ -40,6 +41,10 @@ class Offloadable(Protocol):
     def offload_states(self) -> None: ...
 
     def reload_states(self) -> None: ...
+
+
+class OffloadableLearner(PlacedLearner, Offloadable, Protocol):
+    """A learner the placement can move to host memory (rank 0's LeaderLearner, a follower's GRPOLearner)."""
 
 
 class Colocation:
@@ -107,8 +112,13 @@ class ColocatedGenerator:
 class ColocatedLearner:
     """A learner whose calls that need its states on the GPU first bring them back."""
 
-    def __init__(self, inner: Any, colocation: Colocation) -> None:
+    def __init__(self, inner: OffloadableLearner, colocation: Colocation) -> None:
         self.inner, self.colocation = inner, colocation
+        self.cfg, self.rank, self.world_size = inner.cfg, inner.rank, inner.world_size
+
+    @property
+    def engine(self) -> Any:  # the DeepSpeed engine, wherever its states are now
+        return self.inner.engine
 
     def update(self, groups: Any, advantages: np.ndarray, weights: np.ndarray) -> dict[str, float]:
         self.colocation.for_training()
@@ -126,11 +136,9 @@ class ColocatedLearner:
         self.colocation.for_training()
         return self.inner.load_checkpoint(path)
 
-    def __getattr__(self, name: str) -> Any:  # plain attributes (cfg, engine, updates, ...)
-        return getattr(self.inner, name)
 
-
-def place(learner: Any, build_generator: Callable[[], Generator], cfg: GenerationConfig) -> tuple[Any, Generator]:
+def place(learner: OffloadableLearner, build_generator: Callable[[], Generator],
+          cfg: GenerationConfig) -> tuple[PlacedLearner, Generator]:
     """The learner and the generator as the placement wants them: wrapped in one :class:`Colocation` for a
     colocated, sleeping vLLM (the learner's states go to host memory before vLLM starts, since vLLM
     checks the GPU's free memory then), as they are otherwise."""

@@ -12,35 +12,29 @@ coordinator) still makes every ``generate`` call, and the ranks split it:
 
 Each request keeps the seed one engine would have given it (:func:`request_seeds` over the whole call),
 so what a request samples does not depend on which rank draws it (up to the float noise of a different
-batch). Rank 0 announces the call through its leader (:class:`Leader`, the learner's
-:class:`~wmrl.learner.follower.LeaderLearner`), the same channel that carries the learner's calls, so
-the followers meet it in order between learner calls. Weight updates need no call of their own: each
-follower feeds its engine from the gathers of the learner's weight sync, which every rank joins.
+batch). Rank 0 announces the call on the ranks' :class:`~wmrl.learner.channel.CallChannel`, the same
+channel that carries the learner's calls, so the followers meet it in order between learner calls; each
+follower's generator registers the call there (:data:`GENERATE`). Weight updates need no call of their
+own: each follower feeds its engine from the gathers of the learner's weight sync, which every rank joins.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from wmrl.generation.base import Generation, Generator, SamplingParams
-from wmrl.generation.colocation import place
+from wmrl.generation.colocation import OffloadableLearner, place
 from wmrl.generation.config import GenerationConfig
 from wmrl.generation.factory import build_generator
 from wmrl.generation.hf import request_seeds
+from wmrl.learner.channel import CallChannel
+from wmrl.learner.follower import PlacedLearner
 
-GENERATE = "generate"
-
-
-class Leader(Protocol):
-    """Rank 0's side of the call channel: announce ``call`` to the followers for the time of the block."""
-
-    def leading(self, call: str, *args: Any) -> contextlib.AbstractContextManager[None]: ...
+GENERATE = "generation.generate"  # the call on the ranks' channel
 
 
 def share(n: int, rank: int, world_size: int) -> range:
@@ -51,24 +45,24 @@ def share(n: int, rank: int, world_size: int) -> range:
 
 
 class DataParallelGenerator:
-    """A generator whose calls every rank's engine serves a share of (rank 0 with ``leader``, the
-    followers without; see the module docstring)."""
+    """A generator whose calls every rank's engine serves a share of: rank 0 makes them and announces
+    them on ``channel``, the followers register them there (see the module docstring)."""
 
-    def __init__(self, local: Generator, leader: Leader | None = None) -> None:
-        self.local, self.leader = local, leader
+    def __init__(self, local: Generator, channel: CallChannel) -> None:
+        self.local, self.channel = local, channel
         self.tokenizer = local.tokenizer
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        if (self.rank == 0) != (leader is not None):
-            raise ValueError("rank 0 leads the generation calls (leader=...); ranks 1.. follow them (leader=None)")
+        self.rank, self.world_size = channel.rank, channel.world_size
+        if self.rank != 0:
+            channel.register(GENERATE, self.generate)
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation] | None:
         """Rank 0: every request's generation (the followers drew their shares); a follower: None."""
-        if self.leader is None:
+        if self.rank != 0:
             return self._draw_share(prompts, params, list(seeds or ()))
         seeds = request_seeds(params, len(prompts), seeds)
         prompts = [list(p) for p in prompts]
-        with self.leader.leading(GENERATE, prompts, params, seeds):
+        with self.channel.leading(GENERATE, prompts, params, seeds):
             return self._draw_share(prompts, params, seeds)
 
     def _draw_share(self, prompts: Sequence[list[int]], params: SamplingParams,
@@ -82,20 +76,16 @@ class DataParallelGenerator:
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.local.update_weights(named_tensors)
 
-    def __getattr__(self, name: str) -> Any:  # the local engine's own (sleep, wake_up, seconds, ...)
-        return getattr(self.local, name)
-
 
 def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def place_on_rank(learner: Any, model_path: str | Path, cfg: GenerationConfig, dtype: str,
-                  leader: Leader | None = None) -> tuple[Any, Generator]:
+def place_on_rank(learner: OffloadableLearner, model_path: str | Path, channel: CallChannel, cfg: GenerationConfig,
+                  dtype: str) -> tuple[PlacedLearner, Generator]:
     """This rank's learner and generator as the placement wants them (colocation.place), the generator
-    data-parallel over the ranks when every rank holds one (``cfg.data_parallel_over``); rank 0 passes
-    its ``leader``, the followers none."""
-    learner, generator = place(learner, lambda: build_generator(model_path, cfg, dtype), cfg)
+    data-parallel over the ranks' ``channel`` when every rank holds one (``cfg.data_parallel_over``)."""
+    placed, generator = place(learner, lambda: build_generator(model_path, cfg, dtype), cfg)
     if cfg.data_parallel_over(world_size()):
-        generator = DataParallelGenerator(generator, leader)  # type: ignore[assignment]
-    return learner, generator
+        generator = DataParallelGenerator(generator, channel)  # type: ignore[assignment]
+    return placed, generator

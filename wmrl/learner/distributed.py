@@ -6,9 +6,10 @@ whatever launched the processes:
 
 - ``torchrun`` (or any launcher) already exported ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
 - ``srun`` tasks of a Slurm step (``SLURM_NTASKS`` > 1): derived from the allocation (:func:`slurm_rendezvous`):
-  rank = ``SLURM_PROCID``, the master is the first host of ``SLURM_JOB_NODELIST`` (``scontrol show
-  hostnames``), the port a function of the job and step ids, so every task computes the same address
-  without talking to the others, and a requeued job (same id) finds it again;
+  rank = ``SLURM_PROCID``, the master is the first host of ``SLURM_JOB_NODELIST`` (Slurm's node-list
+  syntax parsed here, :func:`expand_nodelist`: no Slurm client needed), the port a function of the job
+  and step ids, so every task computes the same address without talking to the others, and a requeued
+  job (same id) finds it again;
 - a lone process: rank 0 of a world of 1 on a free loopback port it picks itself.
 
 A lone process never trusts inherited ``MASTER_ADDR``/``MASTER_PORT``/``RANK``: a child of a process
@@ -29,12 +30,14 @@ import socket
 import subprocess
 import sys
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
+
+from wmrl.learner.devices import rank_device_index, visible_gpus
 
 # Before ``import deepspeed``: without a GPU it would probe for accelerators and warn; with this it
 # takes its CPU accelerator (gloo) directly. With CUDA it detects the GPU itself; an explicit
@@ -77,14 +80,71 @@ def _export_environment() -> str:
 MASTER_PORT_RANGE = (20000, 60000)
 
 
+def expand_nodelist(nodelist: str) -> list[str]:
+    """A Slurm node list's host names in Slurm's order, as ``scontrol show hostnames`` prints them:
+    ``gpu[03-05,07],login1`` -> gpu03 gpu04 gpu05 gpu07 login1; a range keeps its start's zero padding
+    (``n[098-101]`` -> n098 .. n101), several brackets multiply (``r[1-2]-n[1-2]`` -> r1-n1 r1-n2 r2-n1 ..).
+    Raises ValueError on what is not that syntax."""
+    hosts: list[str] = []
+    for item in _top_level_items(nodelist):
+        hosts.extend(_expand_item(item, nodelist))
+    return hosts
+
+
+def _top_level_items(nodelist: str) -> list[str]:
+    """``nodelist`` split at the commas outside brackets."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth not in (0, 1):
+            raise ValueError(f"node list {nodelist!r}: unbalanced or nested brackets")
+        if char == "," and depth == 0:
+            items.append(nodelist[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"node list {nodelist!r}: unclosed bracket")
+    items.append(nodelist[start:])
+    if not all(items):
+        raise ValueError(f"node list {nodelist!r}: an empty host name")
+    return items
+
+
+def _expand_item(item: str, nodelist: str) -> list[str]:
+    """One host expression (no top-level comma): the first bracket's values times the rest's expansion."""
+    if "[" not in item:
+        if "]" in item:
+            raise ValueError(f"node list {nodelist!r}: unbalanced brackets")
+        return [item]
+    prefix, _, tail = item.partition("[")
+    body, _, rest = tail.partition("]")
+    values: list[str] = []
+    for part in body.split(","):
+        low, dash, high = part.partition("-")
+        if not (low.isdigit() and (not dash or high.isdigit())):
+            raise ValueError(f"node list {nodelist!r}: {part!r} is not a number or a range of numbers")
+        if not dash:
+            values.append(low)
+            continue
+        if int(high) < int(low):
+            raise ValueError(f"node list {nodelist!r}: the range {part!r} runs backwards")
+        values.extend(f"{n:0{len(low)}d}" for n in range(int(low), int(high) + 1))
+    return [prefix + value + after for value in values for after in _expand_item(rest, nodelist)] if rest \
+        else [prefix + value for value in values]
+
+
 def first_host(nodelist: str) -> str:
-    """The first host name of a Slurm node list (``gpu[03-05],gpu07`` -> ``gpu03``), as Slurm expands it."""
+    """The first host name of a Slurm node list (``gpu[03-05,07],login1`` -> ``gpu03``), parsed here:
+    the learner image has no Slurm client. ``scontrol show hostnames`` only for a list the parser refuses."""
+    try:
+        return expand_nodelist(nodelist)[0]
+    except ValueError as parse_error:
+        refused = parse_error
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                              timeout=30, check=True).stdout.split()
     except (OSError, subprocess.SubprocessError) as err:
-        raise RuntimeError(f"scontrol show hostnames {nodelist!r} failed ({err}): cannot find the learner's "
-                           "master host of this Slurm allocation") from err
+        raise RuntimeError(f"{refused}, and scontrol show hostnames {nodelist!r} failed ({err}): cannot find the "
+                           "learner's master host of this Slurm allocation") from err
     if not out:
         raise RuntimeError(f"scontrol show hostnames {nodelist!r} listed no host")
     return out[0]
@@ -96,7 +156,9 @@ def slurm_rendezvous(env: Mapping[str, str]) -> dict[str, str]:
     low, high = MASTER_PORT_RANGE
     port = low + zlib.crc32(f"{job}.{step}".encode()) % (high - low)
     return {
-        "RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+        "RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"],
+        # DeepSpeed binds CUDA index LOCAL_RANK: the task's own GPU is index 0 in it (wmrl/learner/devices.py).
+        "LOCAL_RANK": str(rank_device_index(int(env.get("SLURM_LOCALID", "0")), visible_gpus(env))),
         "MASTER_ADDR": first_host(env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"]),
         "MASTER_PORT": str(port),
     }
@@ -157,14 +219,6 @@ def leave_rank(code: int = 0) -> NoReturn:
         except (OSError, ValueError):  # a closed pipe: nothing left to say
             pass
     os._exit(code)
-
-
-def broadcast_objects(objects: Sequence[Any], src: int = 0) -> list[Any]:
-    """Rank ``src``'s ``objects`` on every rank (for a trainer that rolls out on rank 0 only)."""
-    box = list(objects)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.broadcast_object_list(box, src=src)
-    return box
 
 
 def all_reduce(values: torch.Tensor, op: str = "sum") -> torch.Tensor:

@@ -36,6 +36,7 @@ import numpy as np
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import WMRLConfig
 from wmrl.evaluation import EvalReport, evaluate_split
+from wmrl.io import atomic_write_json
 from wmrl.loop import LoopShell
 from wmrl.models.kernels import log_kernels
 from wmrl.orchestration.executed import ExecutedEnvironment, Runner
@@ -49,6 +50,8 @@ COST_SOURCE = "measured"
 LEARNER_DIR = "checkpoints/learner"
 EVALS = "evals.jsonl"
 MEMORY_LOG = "world_model_memory.jsonl"  # the anchors the executed-solution memory learned, per step
+# the memory's one-time build cost (its policy samples drawn, its own executions), read by scripts/headline.py
+MEMORY_BUILD = "memory_build.json"
 # A step's seconds per phase in its metrics row (the step-time breakdown, benchmarks/bench_train_step.py);
 # evaluation and the learner checkpoint fall only in the steps that evaluate or save.
 STEP_PHASE_KEYS = {"generation": "step_seconds_generation", "world_model": "step_seconds_world_model",
@@ -65,7 +68,7 @@ class LLMTrainer:
         from wmrl.generation.data_parallel import place_on_rank
         from wmrl.learner.follower import lead
         from wmrl.models.cache import built_hash
-        from wmrl.sft.data import memory_examples, policy_samples, run_context
+        from wmrl.sft.data import memory_examples, policy_samples, policy_samples_cost, run_context
         from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
         from wmrl.tasks.overview import task_overview
         from wmrl.tasks.pool import load_pool, resolve_pool_root
@@ -100,8 +103,8 @@ class LLMTrainer:
         log_kernels(learner.engine.module)
         # generation.vllm.placement: colocated vLLM takes turns with the learner on its GPU (colocation.py),
         # one engine per learner rank, each drawing a share of every call (data_parallel.py)
-        self.learner, self.generator = place_on_rank(learner, self.model_path, cfg.generation, cfg.model.dtype,
-                                                     leader=learner)
+        self.learner, self.generator = place_on_rank(learner, self.model_path, learner.channel, cfg.generation,
+                                                     cfg.model.dtype)
         self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
         self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
         self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
@@ -116,9 +119,17 @@ class LLMTrainer:
             memory = None
             if cfg.world_model.memory:
                 started = time.perf_counter()
-                samples = policy_samples(self.policy, self.train_tasks, cfg.world_model.memory_policy_samples,
-                                         cfg.world_model.seed, built_hash(self.model_path))
-                self._memory_offline = memory_examples(cfg, every, runtime, samples, progress=False)
+                build = built_hash(self.model_path)
+                sampling = (self.policy, self.train_tasks, cfg.world_model.memory_policy_samples, cfg.world_model.seed)
+                drawn = time.perf_counter()
+                samples = policy_samples(*sampling, build)
+                # without a build hash nothing is cached: the samples were drawn just now, at this cost
+                drawing = (policy_samples_cost(*sampling, build) if build is not None else
+                           {"samples": len(samples), "seconds_generation": time.perf_counter() - drawn})
+                cost: dict[str, Any] = {"build": build, **(drawing or {})}
+                self._memory_offline = memory_examples(cfg, every, runtime, samples, progress=False, cost=cost)
+                if not run.path.joinpath(MEMORY_BUILD).is_file():  # a resume keeps the first start's record
+                    atomic_write_json(run.path / MEMORY_BUILD, cost)
                 memory = ExecutedMemory(self._memory_offline)
                 log.info("executed-solution memory: %d solutions of known outcome (%d samples of the initial "
                          "policy), %.1f s", len(memory), len(samples), time.perf_counter() - started)
