@@ -6,19 +6,15 @@
 #   dedicated (2+ GPUs): generation tokens/s and the NCCL weight update seconds
 #                                                                -> results/gpu_smoke_dedicated.json
 # Nothing is installed or downloaded. Without vLLM (the `gpu` extra: pip install -e '.[gpu]', ~3 GB of
-# wheels) it says so in one line and runs the learner smoke only (scripts/gpu_smoke_learner.sh).
+# wheels) it says so in one line and runs the single-GPU learner check only (scripts/gpu_check.sh).
 #   bash scripts/gpu_smoke.sh [--placement colocated|dedicated] [--sleep-level 1|2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 if ! "$PYTHON" -c "import vllm" 2>/dev/null; then
-    echo "gpu_smoke: vLLM is not installed (pip install -e '.[gpu]'); running the learner smoke only"
-    if [ -f scripts/gpu_smoke_learner.sh ]; then
-        exec bash scripts/gpu_smoke_learner.sh
-    fi
-    echo "gpu_smoke: scripts/gpu_smoke_learner.sh is not in this checkout; nothing else to run" >&2
-    exit 1
+    echo "gpu_smoke: vLLM is not installed (pip install -e '.[gpu]'); running the single-GPU learner check only"
+    exec bash scripts/gpu_check.sh
 fi
 if [ "$#" -gt 0 ]; then
     exec "$PYTHON" benchmarks/gpu_smoke.py "$@"

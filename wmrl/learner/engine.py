@@ -1,8 +1,12 @@
 """Set-up of the learner's DeepSpeed engine and of the frozen reference policy.
 
 The policy is a Hugging Face causal LM loaded from a model directory (config + weights); DeepSpeed
-wraps it with a client ``torch.optim`` optimizer, so nothing is JIT-compiled (DeepSpeed's own
-``FusedAdam``/``DeepSpeedCPUAdam`` would be), and the ZeRO stage comes from the config. Gradient
+wraps it with a client optimizer (:func:`optimizer_kind`): torch's ``AdamW``/``SGD``, nothing
+JIT-compiled, except at ZeRO-3 on GPUs with the optimizer on the GPU, where it is DeepSpeed's own
+``FusedAdam`` (its CUDA op is JIT-built with nvcc on first use, cached in ``TORCH_EXTENSIONS_DIR``): ZeRO-3's
+``offload_states``, which the colocated placement needs, moves the fp32 master weights and Adam states
+only for that class (stage3.py asserts ``optimizer.__class__ == FusedAdam``). The ZeRO stage comes
+from the config. Gradient
 accumulation is *unmanaged* (``managed_gradient_accumulation: false``): the learner forwards as many
 micro-batches as a step has and then calls ``engine.step()`` once, so the number of micro-batches
 may change from step to step.
@@ -39,6 +43,7 @@ from typing import Any
 import torch
 
 from wmrl.learner.config import LearnerConfig
+from wmrl.learner.cuda_driver import check_cuda_driver
 from wmrl.learner.distributed import init_distributed
 from wmrl.models.loading import load_causal_lm
 
@@ -93,10 +98,30 @@ def _fused_adamw_supported(device_type: str) -> bool:
     return device_type in _get_fused_kernels_supported_devices()
 
 
-def _optimizer(cfg: LearnerConfig, params: Any, step_device: str) -> torch.optim.Optimizer:
-    """The client optimizer; ``step_device`` is where its step runs (``cpu`` under ZeRO-Offload)."""
+def optimizer_kind(cfg: LearnerConfig, accelerator: str) -> str:
+    """``sgd``, ``fused_adam`` (DeepSpeed's) or ``adamw`` (torch's) for ``cfg`` on ``accelerator``
+    (DeepSpeed's accelerator name). DeepSpeed's ``FusedAdam`` only where ZeRO-3 keeps the optimizer on
+    a GPU: ZeRO-3's ``offload_states`` moves master weights and Adam states for no other class, while
+    under ZeRO-Offload DeepSpeed leaves those two out itself (they already live in host memory) and
+    on a CPU there is no GPU memory to free and nothing should be compiled."""
     if cfg.optimizer == "sgd":
+        return "sgd"
+    if cfg.zero_stage == 3 and not cfg.offload_optimizer and accelerator == "cuda":
+        return "fused_adam"
+    return "adamw"
+
+
+def _optimizer(cfg: LearnerConfig, params: Any, step_device: str, kind: str | None = None) -> torch.optim.Optimizer:
+    """The client optimizer of ``kind`` (default: :func:`optimizer_kind` on ``step_device``);
+    ``step_device`` is where its step runs (``cpu`` under ZeRO-Offload)."""
+    kind = kind or optimizer_kind(cfg, step_device)
+    if kind == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr)
+    if kind == "fused_adam":
+        from deepspeed.ops.adam import FusedAdam
+
+        return FusedAdam(params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                         weight_decay=cfg.weight_decay, adam_w_mode=True)  # adam_w_mode: AdamW's decoupled decay
     fused = _fused_adamw_supported(step_device)
     return torch.optim.AdamW(
         params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
@@ -127,6 +152,65 @@ def _check_partitioned(model: torch.nn.Module, model_path: Path) -> None:
                            "HfDeepSpeedConfig in from_pretrained")
 
 
+def offloadable_states(engine: Any) -> list[Any] | None:
+    """What ``engine.offload_states(include=...)`` may move to host memory: everything (None), except at
+    ZeRO-3 with a client optimizer other than DeepSpeed's ``FusedAdam`` (see :func:`optimizer_kind`),
+    where stage3.py refuses the fp32 master weights and the optimizer states (``hp_params``,
+    ``optim_states``): the bf16 partitions, the gradient partitions and the gradient bucket go, those two
+    stay where the optimizer keeps them (host memory under ZeRO-Offload, the CPU on a CPU; with ``sgd`` on
+    a GPU the fp32 master weights, 4 bytes per parameter / ranks, stay on the GPU)."""
+    from deepspeed.ops.adam import FusedAdam
+    from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
+
+    if engine.zero_optimization_stage() < 3 or type(engine.optimizer.optimizer) is FusedAdam:
+        return None
+    return [OffloadStateTypeEnum.lp_params, OffloadStateTypeEnum.lp_grads,
+            OffloadStateTypeEnum.contiguous_grad_buffer]
+
+
+class HostPartitions:
+    """A ZeRO-3 module's parameter partitions (each parameter's ``ds_tensor``: this rank's share) moved to
+    host memory and back, for the reference engine in the colocated placement.
+
+    ``Module.to`` cannot do it: a partitioned parameter's ``.data`` is an empty placeholder and the
+    partition an attribute, so ``.to("cpu")`` moves nothing; DeepSpeed's ``offload_states`` refuses an
+    engine without optimizer. Each partition keeps its tensor object (DeepSpeed's gathers read it) and
+    only its storage moves, into one flat host buffer (page-locked with CUDA) allocated once. The caller
+    first releases the gathered copies (``engine.empty_partition_cache()``, as DeepSpeed's own
+    ``offload_states`` does), including those ZeRO-3 keeps of parameters below
+    ``zero3_persistence_threshold``; the next forward gathers them again.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        params = list(module.parameters())
+        self.partitions: list[torch.Tensor] = [p.ds_tensor for p in params]
+        dtypes = {t.dtype for t in self.partitions}
+        if len(dtypes) != 1:  # one flat buffer holds them all
+            raise ValueError(f"the reference's partitions have several dtypes {sorted(map(str, dtypes))}")
+        self.host: torch.Tensor | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.partitions)
+
+    def offload(self) -> None:
+        if self.host is None:
+            self.host = torch.empty(sum(t.numel() for t in self.partitions), dtype=self.partitions[0].dtype,
+                                    pin_memory=torch.cuda.is_available())
+        offset = 0
+        for tensor in self.partitions:
+            view = self.host.narrow(0, offset, tensor.numel()).view(tensor.shape)
+            view.copy_(tensor)
+            tensor.data = view
+            offset += tensor.numel()
+
+    def reload(self, device: torch.device) -> None:
+        for tensor in self.partitions:
+            tensor.data = tensor.data.to(device, non_blocking=True, copy=True)  # copy: a new storage on a CPU too
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the host buffer is overwritten by the next offload
+
+
 @dataclass
 class Engines:
     engine: Any  # deepspeed.DeepSpeedEngine: .module is the policy
@@ -140,6 +224,7 @@ class Engines:
 
 def build_engines(cfg: LearnerConfig, model_path: Path) -> Engines:
     """The policy under DeepSpeed and the reference model, on this rank's device."""
+    check_cuda_driver()  # before DeepSpeed, which would fall back to the CPU on a driver too old for torch
     rank, world_size = init_distributed()
     import deepspeed
     from deepspeed.accelerator import get_accelerator
@@ -157,8 +242,9 @@ def build_engines(cfg: LearnerConfig, model_path: Path) -> Engines:
         policy.gradient_checkpointing_enable()
     policy.train()  # dropout stays at the config's value (0 in Qwen3): identical to sampling
     step_device = "cpu" if cfg.offload_optimizer else get_accelerator().device_name()
+    kind = optimizer_kind(cfg, get_accelerator().device_name())
     engine, *_ = deepspeed.initialize(
-        model=policy, optimizer=_optimizer(cfg, policy.parameters(), step_device), config=ds_config
+        model=policy, optimizer=_optimizer(cfg, policy.parameters(), step_device, kind), config=ds_config
     )
     device = torch.device(get_accelerator().device_name(engine.local_rank))
     reference = None

@@ -18,9 +18,10 @@ estimators do not cover, use the same accounting with 4-byte weights and no mome
 come from a meta-device build of the model's config.json (no weights are read). Sizes are GiB
 (2**30 bytes), as DeepSpeed's estimators and ``nvidia-smi`` (an "80GB" A100 has 80 GiB) count them.
 
-The activation and loss-head terms are estimates; ``tests/test_planning.py`` checks the learner phase
-against a measured CPU peak (within 25%), and ``scripts/gpu_smoke_learner.sh`` prints measured against
-planned on a GPU.
+The activation term is an estimate; ``tests/test_planning.py`` checks the learner phase against a
+measured CPU peak (within 25%). The loss head's bytes are checked against a CPU measurement of the same
+code (``scripts/measure_loss_head.py``, tests/test_loss_head_memory.py, within ``LOSS_HEAD_MARGIN``), and
+``scripts/gpu_check.sh`` prints measured against planned on one GPU.
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ PROCESS_HOST_BYTES = 4 * GIB
 # gate, up, activation and product (4 I). With gradient checkpointing only the layer's input (h) is
 # kept per layer, and one layer's worth is recomputed at a time.
 LAYER_VALUES_H, LAYER_VALUES_I = 10, 4
-# Bytes per (position, vocabulary entry) of one chunk of the loss head: the logits in the compute dtype,
-# their fp32 copy, log-softmax and probabilities (entropy), and the logits' gradient (fp32 + compute dtype).
-LOSS_HEAD_BYTES = {"bf16": 2 + 4 + 4 + 4 + 4 + 2, "fp32": 4 + 4 + 4 + 4}
+# Bytes per (position, vocabulary entry) of one chunk of the loss head at its peak (wmrl/learner/head.py,
+# _TokenLogProbs): bf16: the chunk's logits (2), their fp32 copy (4) and the fp32 log-softmax (4), then the
+# logits, the log-softmax and its exp; fp32: the logits are the fp32 copy, so 4 + 4 + 4. The backward
+# holds as much (the recomputed logits, the gradient buffer, the probabilities). Measured on CPU by
+# scripts/measure_loss_head.py: 10.0-10.2 (bf16) and 12.0-12.3 (fp32) bytes (tests/test_loss_head_memory.py).
+LOSS_HEAD_BYTES = {"bf16": 2 + 4 + 4, "fp32": 4 + 4 + 4}
+# The plan's loss head is checked to be at least the measured peak and at most this much above it.
+LOSS_HEAD_MARGIN = 0.10
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 HOST_PROBLEM = "host memory per node"
 VLLM_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
@@ -234,6 +240,45 @@ def model_states(
     return {"weights": weights, "gradients": grads, "optimizer_state": optim}, cpu, deepspeed
 
 
+# --------------------------------------------------------------------------- transient buffers
+
+
+def loss_head_bytes(chunk: int, positions: int, vocab: int, hidden: int, precision: str) -> int:
+    """Peak bytes of the chunked loss head's forward + backward (wmrl/learner/head.py), beyond the weights.
+
+    - a chunk's buffers: ``chunk x vocab x LOSS_HEAD_BYTES``, beside the running sum of the head weight's
+      gradient (``vocab x hidden``: the gathered vocabulary matrix's gradient, one per chunk, summed by
+      autograd over the chunks before ZeRO's hook takes it);
+    - or, while a chunk's gradient is added to that sum: three such matrices (the sum, the new one and
+      their sum: the matmul's weight gradient is a transposed view, which autograd's InputBuffer does not
+      accumulate in place) beside the chunk's logits gradient in the compute dtype;
+    - the hidden states at the loss positions and their gradient.
+
+    Checked against a CPU measurement of the same code in both regimes (scripts/measure_loss_head.py,
+    within ``LOSS_HEAD_MARGIN`` above it).
+    """
+    b = DTYPE_BYTES[precision]
+    matrix = vocab * hidden * b
+    chunk_peak = chunk * vocab * LOSS_HEAD_BYTES[precision] + matrix
+    accumulate_peak = 3 * matrix + chunk * vocab * b
+    return max(chunk_peak, accumulate_peak) + 2 * positions * hidden * b
+
+
+def gradient_bucket_bytes(stage: int, precision: str, grad_accum_dtype: str) -> int:
+    """DeepSpeed's contiguous gradient bucket on the GPU: ``reduce_bucket_size`` elements (DeepSpeed's
+    default: wmrl does not set it), allocated whole whatever the model's size (stage3.py: one per
+    communication dtype, the compute dtype; stage_1_and_2.py ``setup_buckets``: fp32 at ZeRO-1 with fp32
+    accumulation of 16-bit gradients, else the compute dtype; overlap_comm, which doubles it below
+    ZeRO-3, is off there by default). 0 without ZeRO."""
+    if stage == 0:
+        return 0
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    elements = DeepSpeedZeroConfig().reduce_bucket_size
+    separate_fp32 = stage == 1 and precision == "bf16" and grad_accum_dtype == "fp32"
+    return elements * (4 if separate_fp32 else DTYPE_BYTES[precision])
+
+
 # --------------------------------------------------------------------------- the plan
 
 
@@ -299,17 +344,27 @@ def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = ""
     gpu["activations"] = (counts.num_layers * h * b * seq if learner.gradient_checkpointing
                           else counts.num_layers * layer) + layer * (2 if learner.gradient_checkpointing else 1)
     chunk = min(learner.loss_chunk_tokens, micro * generated)
-    gpu["loss_head"] = chunk * counts.vocab_size * LOSS_HEAD_BYTES[learner.precision] + micro * generated * h * b
+    gpu["loss_head"] = loss_head_bytes(chunk, micro * generated, counts.vocab_size, h, learner.precision)
     engines = 0
+    # The text model's weights only: vLLM starts a vision-language checkpoint text-only, without its vision
+    # tower (wmrl/generation/vllm_engine.py TEXT_ONLY), and n counts the text config's parameters.
     weights_16 = VLLM_DTYPE_BYTES[vllm.dtype] * n
     tp = vllm.tensor_parallel_size
     if on_gpu:
+        # On the CPU the bucket is allocated but never touched beyond the gradients' size: no resident pages.
+        bucket = gradient_bucket_bytes(learner.zero_stage, learner.precision, learner.grad_accum_dtype)
+        if bucket:
+            gpu["gradient_bucket"] = bucket
         gpu["runtime"] = RUNTIME_BYTES
         if placement == "colocated":
             gpu["generator_asleep"] = RUNTIME_BYTES  # level 1: weights on the host, KV cache freed
             engines = ranks // tp  # one engine per learner GPU (per tp of them)
             if vllm.sleep_level == 1:
                 host["generator_weights_asleep"] = (ranks_per_node // tp) * weights_16 // tp
+            # DeepSpeed's offload_states pins host buffers for the states and keeps them after
+            # reload_states (stage3.py: hp_params_pin_buffers, lp_param_contiguous_pin_buffer, ...; freed
+            # only by destroy()): they stay in host memory while the learner trains.
+            host["learner_states_pinned"] = ranks_per_node * sum(states.values())
         elif placement == "dedicated":
             engines = inference // tp
     host["processes"] = PROCESS_HOST_BYTES * (ranks_per_node + (ranks_per_node // tp if placement == "colocated" else 0)
