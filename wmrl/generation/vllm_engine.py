@@ -16,7 +16,9 @@ dropped (vLLM keeps KV blocks computed with the old weights; the next step's pro
 Placement (``generation.vllm.placement``, docs/cluster.md): *colocated*, the engine is built with
 ``enable_sleep_mode`` on the learner's GPU and :mod:`wmrl.generation.colocation` puts it to sleep
 (``LLM.sleep(level)``) while the learner trains and wakes it (``LLM.wake_up(tags)``: ``["weights"]``
-before a weight update, ``["kv_cache"]`` before generation); *dedicated*, the engine-core process sees
+before a weight update, ``["kv_cache"]`` before generation), its engine-core process seeing only the
+rank's GPU (``CUDA_VISIBLE_DEVICES`` while it starts: one engine per learner rank, each on its own GPU);
+*dedicated*, the engine-core process sees
 only the last ``inference_gpus`` GPUs of the allocation (``CUDA_VISIBLE_DEVICES`` while it starts) and
 weights go over NCCL to the trainer's address in the allocation (:func:`transfer_address`). Before the
 engine starts, :func:`check_gpu_memory` does vLLM's own start-up check (free memory >=
@@ -24,8 +26,10 @@ engine starts, :func:`check_gpu_memory` does vLLM's own start-up check (free mem
 
 Names are the learner's Hugging Face names. A released Qwen3.5 checkpoint is a vision-language
 ``Qwen3_5ForConditionalGeneration``: the learner holds its text model (``model.layers.*``, see
-:mod:`wmrl.models.loading`), and vLLM, serving the whole checkpoint, expects the checkpoint's names
-(``model.language_model.layers.*``), so the text names are mapped back before sending.
+:mod:`wmrl.models.vision_language`), and vLLM, serving the checkpoint, expects the checkpoint's names
+(``model.language_model.layers.*``), so the text names are mapped back before sending. vLLM starts
+such a checkpoint text-only (``language_model_only``): no vision tower, no image inputs, no vision
+profiling.
 
 Written against the sources of vLLM 0.27-0.33 (0.27 is the first release that registers
 ``Qwen3_5ForCausalLM``; the IPC handle format changed in 0.22 and the NCCL trainer side in 0.28) and
@@ -52,6 +56,11 @@ import torch
 from wmrl.generation.base import Generation, SamplingParams
 from wmrl.generation.config import VLLMConfig
 from wmrl.generation.hf import request_seeds, stop_token_ids
+from wmrl.learner.devices import physical_gpus, visible_gpus
+
+# One naming rule for the learner, the sync and vLLM (the names are re-exported for this module's callers).
+from wmrl.models.vision_language import checkpoint_name
+from wmrl.models.vision_language import is_composite_dir as is_composite
 
 SUPPORTED_VLLM = ((0, 27), (0, 34))  # [lowest, first unsupported) (major, minor): the `gpu` extra's pin
 NCCL_PACKED_AT_INIT = (0, 28)  # from this release the NCCL `packed` flag is an init_info key
@@ -96,21 +105,14 @@ def vllm_release(vllm: Any) -> tuple[int, int]:
     return release
 
 
-def checkpoint_name(name: str, composite: bool) -> str:
-    """The name vLLM loads a learner parameter by: a composite (vision-language) checkpoint keeps its
-    language model under ``model.language_model.``; ``lm_head.`` stays at the top level."""
-    if composite and name.startswith("model.") and not name.startswith("model.language_model."):
-        return "model.language_model." + name.removeprefix("model.")
-    return name
-
-
-def is_composite(path: str) -> bool:
-    from transformers import AutoConfig
-
-    from wmrl.models.loading import text_config
-
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
-    return text_config(config) is not config
+# vLLM 0.27-0.33 EngineArgs.language_model_only (engine/arg_utils.py: 0.27 l. 560, 0.33 l. 651): every
+# modality's limit becomes 0 (config/multimodal.py, 0.33 l. 696-701), so the vision tower is built as a
+# StageMissingLayer (models/interfaces.py _mark_tower_model, 0.33 l. 347-392), its weights are skipped
+# (models/utils.py l. 382), and neither the multimodal processor is built nor the multimodal profiling run
+# (config/model.py l. 954-968 "running in text-only mode"; renderers/base.py l. 184-199;
+# v1/worker/gpu_model_runner.py l. 6074). A text-only model has no multimodal config and vLLM ignores the
+# flag there (config/model.py l. 831).
+TEXT_ONLY = {"language_model_only": True}
 
 
 def _on(device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -166,10 +168,10 @@ def inference_devices(cfg: VLLMConfig) -> list[int]:
 @contextlib.contextmanager
 def _visible_to_children(devices: Sequence[int]) -> Iterator[None]:
     """``CUDA_VISIBLE_DEVICES`` narrowed to ``devices`` for the processes started meanwhile (vLLM's engine
-    core and workers); this process's CUDA context, already made, keeps seeing every GPU."""
+    core and workers, which run on their CUDA index 0..tp-1); this process's CUDA context, already made,
+    keeps seeing every GPU."""
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    physical = [g for g in (before or "").split(",") if g.strip()] or [str(i) for i in range(max(devices) + 1)]
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(physical[d] for d in devices)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(devices, visible_gpus(os.environ)))
     try:
         yield
     finally:
@@ -248,14 +250,18 @@ class VLLMGenerator:
         self.sleep_level = cfg.sleep_level
         devices = inference_devices(cfg)
         check_gpu_memory(cfg.gpu_memory_utilization, devices)
-        visible = _visible_to_children(devices) if cfg.placement == "dedicated" else contextlib.nullcontext()
-        with visible:
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and devices[0] != 0:
+            raise ValueError(f"vLLM in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) would take CUDA index 0, not "
+                             f"GPU {devices[0]}: unset VLLM_ENABLE_V1_MULTIPROCESSING")
+        self.composite = is_composite(path)
+        # Both placements: the engine's worker takes its CUDA index 0 (vLLM's uniproc executor), so without
+        # this every colocated rank's engine would start on the node's first GPU.
+        with _visible_to_children(devices):
             self.llm = vllm.LLM(model=path, tokenizer=path, seed=seed, enable_sleep_mode=self.sleeps,
-                                weight_transfer_config=weight_transfer,
+                                weight_transfer_config=weight_transfer, **(TEXT_ONLY if self.composite else {}),
                                 **{name: getattr(cfg, name) for name in ENGINE_ARGS})
         self.tokenizer = load_tokenizer(path)
         self.stop_ids = stop_token_ids(self.tokenizer)
-        self.composite = is_composite(path)
         self._nccl_group: Any = None
         if self.transfer == "ipc":
             self.llm.init_weight_transfer_engine({"init_info": {"packed": False}})

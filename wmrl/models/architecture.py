@@ -36,7 +36,8 @@ def load_text_config(path: str | Path) -> Any:
     vision-language checkpoint."""
     from transformers import AutoConfig
 
-    from wmrl.models.loading import quiet_hf, text_config
+    from wmrl.models.loading import quiet_hf
+    from wmrl.models.vision_language import text_config
 
     quiet_hf()
     path = Path(path)

@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from wmrl.models.vision_language import checkpoint_tensor_names, is_composite_dir, name_problems, text_config
+
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}
 
@@ -72,12 +74,6 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
-def text_config(config: Any) -> Any:
-    """The language model's config: ``config.text_config`` for composite (vision-language) checkpoints."""
-    sub = getattr(config, "text_config", None)
-    return sub if sub is not None and getattr(config, "model_type", "") != getattr(sub, "model_type", "") else config
-
-
 def load_causal_lm(path: str | Path, dtype: str = "float32", device: str | None = "cpu") -> Any:
     """The causal LM in ``path`` (text model only for vision-language checkpoints), in eval mode.
 
@@ -106,7 +102,6 @@ def check_loaded(model: Any, directory: Path, info: dict[str, Any]) -> None:
     """A :class:`ModelError` unless every tensor of ``model`` came from the checkpoint and every text
     tensor of the checkpoint went into ``model``: by name (:func:`name_problems`, which also covers
     ZeRO-3) and as transformers reports it (its ``missing_keys`` catch a name it failed to map)."""
-    from wmrl.models.vision_language import checkpoint_tensor_names, is_composite_dir, name_problems
 
     missing, unexpected = name_problems(model, checkpoint_tensor_names(directory), is_composite_dir(directory))
     missing = sorted(set(missing) | set(info.get("missing_keys") or ()))

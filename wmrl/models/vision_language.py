@@ -33,10 +33,14 @@ TEXT_PREFIX = "model.language_model."  # the text model inside a vision-language
 NOT_TEXT_PREFIXES = ("model.visual.", "mtp.")
 
 
-def is_composite(config: Any) -> bool:
-    """A vision-language config: its ``text_config`` is a model of its own (see ``text_config``)."""
-    from wmrl.models.loading import text_config
+def text_config(config: Any) -> Any:
+    """The language model's config: ``config.text_config`` for composite (vision-language) checkpoints."""
+    sub = getattr(config, "text_config", None)
+    return sub if sub is not None and getattr(config, "model_type", "") != getattr(sub, "model_type", "") else config
 
+
+def is_composite(config: Any) -> bool:
+    """A vision-language config: its ``text_config`` is a model of its own (see :func:`text_config`)."""
     return text_config(config) is not config
 
 
