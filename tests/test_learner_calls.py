@@ -112,3 +112,41 @@ def test_a_call_the_follower_did_not_register_is_named_with_what_it_registered(t
     assert procs[0].returncode == 0, outs[0][-3000:]
     assert procs[1].returncode != 0 and "made 42" in outs[1], outs[1][-3000:]
     assert "rank 0 made the call 'not registered', which rank 1 did not register (it registered ['made'])" in outs[1]
+
+
+EARLY_JOIN_SCRIPT = """
+import sys, time
+from datetime import timedelta
+import torch.distributed as dist
+from wmrl.learner.channel import CallChannel
+dist.init_process_group("gloo", timeout=timedelta(seconds=2))  # env:// from start_ranks' variables
+if dist.get_rank() == 0:
+    time.sleep(6)  # the coordinator's own start (pool, tracking, the initial policy) before lead() opens the channel
+channel = CallChannel()
+if dist.get_rank() == 0:
+    with channel.leading("made", 41):
+        pass
+    channel.release()
+else:
+    channel.register("made", lambda x: print("made", x + 1, flush=True))
+    print("calls", channel.serve(), flush=True)
+"""
+
+
+def test_a_follower_waits_for_rank_0_to_open_the_channel_far_longer_than_the_group_timeout(tmp_path: Path) -> None:
+    """Rank 0 joins the learner group when its coordinator starts (wmrl/orchestration/coordinator.py), then
+    works alone before it opens the channel: the follower, already in the group, waits on the channel's
+    own timeout, not the group's."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    procs = [subprocess.Popen([sys.executable, "-c", EARLY_JOIN_SCRIPT], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "made 42" in outs[1] and "calls 1" in outs[1], outs[1][-3000:]

@@ -75,6 +75,8 @@ class WMRLConfig:
         for name in SECTIONS:
             getattr(self, name).validate(name)
         self.simulator.check_schedule(self.train.steps)
+        if self.launch.executor == "slurm":  # what a worker array task asks Slurm for must hold its executions
+            self.launch.check_worker_fit(self.sandbox.memory_mb, self.sandbox.threads)
 
     @property
     def run_dir(self) -> Path:

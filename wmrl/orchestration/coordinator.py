@@ -51,6 +51,7 @@ from wmrl.orchestration.slurm import (
     WORKERS,
     active_tasks,
     allocation_end,
+    check_slurm_client,
     load_jobs,
     submit_workers,
     task_rank,
@@ -221,6 +222,13 @@ class Coordinator(submitit.helpers.Checkpointable):
         check_learner_ranks(cfg, int(os.environ.get("SLURM_NTASKS", "1")))  # e.g. a plain sbatch of N tasks
         if task_rank() > 0:  # a learner rank of a multi-task allocation: no coordinator of its own
             return self._follow(cfg)
+        if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+            # Rank 0 joins the learner group now, not when the trainer leads (after the pool, tracking and
+            # the initial policy): the followers wait to join inside the group's rendezvous (its 30-minute
+            # timeout), then on the call channel, which waits as long as a step takes (learner/channel.py).
+            from wmrl.learner.distributed import init_distributed  # torch + DeepSpeed: multi-rank runs only
+
+            init_distributed()
         handler = _file_log(run)
         lock = RunLock(run.lock_path, cfg.launch.lock_stale_s, cfg.launch.lock_heartbeat_s)
         lock.acquire()  # RunLockHeld: another live coordinator owns this run
@@ -236,6 +244,7 @@ class Coordinator(submitit.helpers.Checkpointable):
                 local.start()
                 tick = local.revive  # workers that left on their idle timeout come back when work waits
             elif cfg.launch.resubmit_workers:
+                check_slurm_client(cfg.launch.python)  # before the model loads: e.g. a container without Slurm
                 tick = WorkerSupervisor(run, cfg, service)
             trainer = self._start_trainer(cfg, run, store, AnchorRunner(run, cfg, service, tick))
             signal.signal(signal.SIGTERM, self.stop_on_signal)
