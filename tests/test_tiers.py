@@ -24,7 +24,7 @@ from test_imports import PACKAGE, cycles, import_graph, module_files
 
 CORE = ("wmrl.rollout", "wmrl.algorithm", "wmrl.step", "wmrl.calibration", "wmrl.evaluation",
         "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks",
-        "wmrl.resources", "wmrl.loop")
+        "wmrl.resources", "wmrl.loop", "wmrl.anchor_rule")
 RUNS = ("wmrl.trainers", "wmrl.orchestration", "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
 TIER_NAMES = ("core", "parts", "runs")
 
@@ -107,3 +107,23 @@ def test_every_core_module_imports_without_omegaconf_and_torch():
 def test_the_blocker_does_block():
     done = import_without_omegaconf_and_torch(["omegaconf"])
     assert done.returncode != 0 and "omegaconf is blocked" in done.stderr
+
+
+def test_no_code_branches_on_a_trainers_name_outside_the_registry() -> None:
+    """What differs between trainers is declared in ``wmrl/orchestration/registry.py`` (its factory, what it
+    prepares, whether it has learner ranks or a GPU plan); the rest of the package asks the registry.
+    ``wmrl train`` (``wmrl/cli/train.py``) is the LLM trainer's own command and may say so."""
+    allowed = {"wmrl.orchestration.registry", "wmrl.cli.train"}
+    found = []
+    for module, path in module_files().items():
+        if module in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names_trainer = any(isinstance(s, ast.Attribute) and s.attr == "trainer" for s in sides)
+            names_a_string = any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides)
+            if names_trainer and names_a_string:
+                found.append(f"{module}:{node.lineno}")
+    assert not found, f"branches on a trainer's name outside the registry: {found}"

@@ -44,7 +44,7 @@ from wmrl.orchestration.lock import RunLock
 from wmrl.orchestration.metrics_log import MetricsLog
 from wmrl.orchestration.preflight import check_learner_ranks
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.orchestration.registry import trainer_factory
+from wmrl.orchestration.registry import prepare_run, trainer_factory
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
 from wmrl.orchestration.slurm import (
@@ -280,12 +280,7 @@ class Coordinator(submitit.helpers.Checkpointable):
                        runner: AnchorRunner) -> Trainer:
         snap = store.latest()
         factory = trainer_factory(cfg.trainer)
-        if cfg.trainer == "llm":
-            # The initial policy is resolved (built if needed) and pinned here, in the coordinator every
-            # launch route runs (local, submitit, plain sbatch); the trainer only reads the pin.
-            from wmrl.sft.pipeline import pinned_initial_policy
-
-            pinned_initial_policy(cfg, run.path)
+        prepare_run(cfg.trainer, cfg, run.path)  # e.g. the LLM trainer pins its initial policy
         if snap is None and store.unreadable:
             self._no_checkpoint_verified(cfg, run, store)
         if snap is None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from wmrl.config import ConfigError, WMRLConfig
+from wmrl.orchestration.registry import TRAINERS, trainer_factory, trainer_spec
 
 # Kernel filesystems: writable-looking, but nothing a run directory can live on.
 VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -42,8 +43,6 @@ def check_runs_root(runs_root: str | Path, run_dir: Path) -> None:
 
 def check_trainer(name: str) -> None:
     """The trainer ``name`` (validated by the config) imports here, as it must in the job."""
-    from wmrl.orchestration.registry import trainer_factory
-
     try:
         trainer_factory(name)
     except ImportError as err:
@@ -91,11 +90,12 @@ def check_learner_ranks(cfg: WMRLConfig, ranks: int | None = None) -> None:
     follow (``ranks``: the tasks really started; by default the config's)."""
     launch = cfg.launch
     ranks = launch.coordinator_nodes * launch.coordinator_tasks_per_node if ranks is None else ranks
-    if ranks > 1 and cfg.trainer != "llm":
+    if ranks > 1 and not trainer_spec(cfg.trainer).learner_ranks:
         raise PreflightError(
             f"launch.coordinator_nodes={launch.coordinator_nodes} x launch.coordinator_tasks_per_node="
             f"{launch.coordinator_tasks_per_node} ({ranks} tasks) are learner ranks, but trainer={cfg.trainer!r} "
-            "has no learner for them to join; set both to 1, or trainer=llm"
+            "has no learner for them to join; set both to 1, or a trainer with learner ranks ("
+            f"{', '.join(name for name, spec in TRAINERS.items() if spec.learner_ranks)})"
         )
     vllm = cfg.generation.vllm
     if cfg.generation.data_parallel_over(ranks) and cfg.generation.backend == "vllm" and vllm.tensor_parallel_size > 1:
@@ -111,7 +111,7 @@ def check_memory_plan(cfg: WMRLConfig) -> None:
     """The coordinator's GPUs and node hold the learner and the generator (``wmrl plan``); only for an
     allocation with GPUs, and only when the model's dimensions are readable here (model.architecture,
     or model.path's config.json on this machine)."""
-    if cfg.launch.coordinator_gpus == 0 or cfg.trainer != "llm":
+    if cfg.launch.coordinator_gpus == 0 or not trainer_spec(cfg.trainer).gpu_memory_plan:
         return
     from wmrl.orchestration.memory_plan import model_config_source, plan_with_fixes
 
