@@ -77,6 +77,22 @@ def test_a_follower_ends_with_an_error_soon_after_rank_0_dies_between_calls(mode
     assert "LeaderGone: rank 0 is gone" in log, log[-3000:]
 
 
+def run_two_ranks(script: str) -> tuple[list[subprocess.Popen], list[str]]:
+    """``script`` as ranks 0 and 1 of a gloo world of two (no DeepSpeed); their exit codes and outputs."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return procs, outs
+
+
 CHANNEL_SCRIPT = """
 import sys, time
 from datetime import timedelta
@@ -98,17 +114,7 @@ else:
 
 def test_a_call_the_follower_did_not_register_is_named_with_what_it_registered(tmp_path: Path) -> None:
     """Without DeepSpeed: the channel alone outwaits a 2 s group timeout, and refuses an unknown call."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), WORLD_SIZE="2",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    procs = [subprocess.Popen([sys.executable, "-c", CHANNEL_SCRIPT], env={**env, "RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    try:
-        outs = [p.communicate(timeout=120)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    procs, outs = run_two_ranks(CHANNEL_SCRIPT)
     assert procs[0].returncode == 0, outs[0][-3000:]
     assert procs[1].returncode != 0 and "made 42" in outs[1], outs[1][-3000:]
     assert "rank 0 made the call 'not registered', which rank 1 did not register (it registered ['made'])" in outs[1]
@@ -137,16 +143,6 @@ def test_a_follower_waits_for_rank_0_to_open_the_channel_far_longer_than_the_gro
     """Rank 0 joins the learner group when its coordinator starts (wmrl/orchestration/coordinator.py), then
     works alone before it opens the channel: the follower, already in the group, waits on the channel's
     own timeout, not the group's."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), WORLD_SIZE="2",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    procs = [subprocess.Popen([sys.executable, "-c", EARLY_JOIN_SCRIPT], env={**env, "RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    try:
-        outs = [p.communicate(timeout=120)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    procs, outs = run_two_ranks(EARLY_JOIN_SCRIPT)
     assert [p.returncode for p in procs] == [0, 0], outs
     assert "made 42" in outs[1] and "calls 1" in outs[1], outs[1][-3000:]
