@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wmrl.anchor_rule import ANCHOR_RULES, FLAT_RESPONSES, fixed_groups
 from wmrl.config_checks import ConfigError, check_choice, check_range
 
 
@@ -73,6 +74,12 @@ class AlgorithmConfig:
     anchor_frac: float = 0.1
     # At least this many anchor groups every step (Appendix D: "at least one group").
     min_anchor_groups: int = 1
+    # How many anchor groups each step: fixed (round(anchor_frac * m), the paper) or adaptive (from the
+    # calibration's state, between min_anchor_groups and m; wmrl/anchor_rule.py, docs/calibration.md).
+    anchor_rule: str = "fixed"
+    # Once the audit's flat_top check warns (the world model cannot rank the top scores): warn only;
+    # shift (rho = w_max: the anchor stream weighs most); anchors_only (the step turns grpo_anchor_only).
+    on_flat_world_model: str = "warn"
     # Debiaser is the identity until this many pairs; first fit happens here.
     min_pairs: int = 200
     # Refit after every this many new pairs.
@@ -88,6 +95,8 @@ class AlgorithmConfig:
     def validate(self, prefix: str = "algorithm") -> None:
         check_choice(f"{prefix}.variant", self.variant, VARIANTS)
         check_range(f"{prefix}.anchor_frac", self.anchor_frac, 0.0, 1.0, low_open=True)
+        check_choice(f"{prefix}.anchor_rule", self.anchor_rule, ANCHOR_RULES)
+        check_choice(f"{prefix}.on_flat_world_model", self.on_flat_world_model, FLAT_RESPONSES)
         # The lowest value of each key; GRPO needs at least two trajectories per group for a non-trivial
         # advantage, eta^2 two residuals, rho is clipped to [1, w_max].
         for key, low in (("min_anchor_groups", 0), ("min_pairs", 1), ("refit_every", 1), ("eta_window", 2),
@@ -110,37 +119,38 @@ class AlgorithmConfig:
 # --------------------------------------------------------------------------- 1. which groups execute
 
 
-def n_anchor_groups(m: int, anchor_frac: float, min_anchor_groups: int) -> int:
-    """round(anchor_frac * m), at least ``min_anchor_groups``, at most m (half rounds up)."""
-    if m < 1:
-        raise ValueError(f"m={m}: a step needs at least one group")
-    if not 0.0 < anchor_frac <= 1.0:
-        raise ValueError(f"anchor_frac={anchor_frac} must lie in (0, 1]")
-    if not 0 <= min_anchor_groups <= m:
-        raise ValueError(f"min_anchor_groups={min_anchor_groups} must lie in [0, m={m}]")
-    # +1e-9 so that 0.3 * 10 = 3.0000000000000004 or 2.9999999999999996 both give 3
-    return min(m, max(min_anchor_groups, math.floor(anchor_frac * m + 0.5 + 1e-9)))
+# round(anchor_frac * m) within [min_anchor_groups, m]: the fixed rule (wmrl/anchor_rule.py)
+n_anchor_groups = fixed_groups
 
 
 def choose_anchor_groups(
     m: int, anchor_frac: float, min_anchor_groups: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Boolean mask (m,) with ``n_anchor_groups(...)`` groups chosen uniformly at random."""
-    k = n_anchor_groups(m, anchor_frac, min_anchor_groups)
+    return _random_mask(m, n_anchor_groups(m, anchor_frac, min_anchor_groups), rng)
+
+
+def _random_mask(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
     mask = np.zeros(m, dtype=bool)
     mask[rng.choice(m, size=k, replace=False)] = True
     return mask
 
 
 def executed_groups(
-    variant: Variant, m: int, anchor_frac: float, min_anchor_groups: int, rng: np.random.Generator
+    variant: Variant, m: int, anchor_frac: float, min_anchor_groups: int, rng: np.random.Generator,
+    n_anchor: int | None = None,
 ) -> np.ndarray:
-    """The groups a variant really executes this step: all (grpo_real), none (pure_wm) or the anchors."""
+    """The groups a variant really executes this step: all (grpo_real), none (pure_wm) or the anchors;
+    ``n_anchor``: how many anchors (the adaptive rule's count), else round(anchor_frac * m)."""
     if variant.executes_all:
         return np.ones(m, dtype=bool)
     if not variant.needs_anchors:
         return np.zeros(m, dtype=bool)
-    return choose_anchor_groups(m, anchor_frac, min_anchor_groups, rng)
+    if n_anchor is None:
+        return choose_anchor_groups(m, anchor_frac, min_anchor_groups, rng)
+    if not min_anchor_groups <= n_anchor <= m:
+        raise ValueError(f"n_anchor={n_anchor} must lie in [min_anchor_groups={min_anchor_groups}, m={m}]")
+    return _random_mask(m, n_anchor, rng)  # the draw choose_anchor_groups makes for the same count
 
 
 # --------------------------------------------------------------------------- 2-3. scores and advantages

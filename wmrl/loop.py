@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.algorithm import AlgorithmConfig, get_variant
+from wmrl.algorithm import AlgorithmConfig, Variant, get_variant
+from wmrl.anchor_rule import AnchorDecision, decide
 from wmrl.calibration.audit import AuditReport
 from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME, Calibrator, read_audit
 from wmrl.calibration.pool import LOG_NAME
@@ -50,6 +51,24 @@ class LoopShell:
         self.last_refit_step: int | None = None
         self.last_audit: AuditReport | None = None
         self.warned: list[str] = []  # checks whose warning persisted (thresholds.persist audits in a row)
+        self.last_decision: AnchorDecision | None = None  # the anchor rule's, for the latest step
+
+    def plan(self) -> tuple[Variant, AnchorDecision, float | None]:
+        """The next step's variant, anchor-group count (``algorithm.anchor_rule``) and anchor weight, from
+        the calibration's state alone (so a resumed run plans the same step). Once the audit's flat_top
+        check warns, ``algorithm.on_flat_world_model`` answers: ``shift`` weighs the anchor stream at
+        w_max, ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model)."""
+        alg, cal = self.alg, self.calibrator
+        decision = decide(alg.anchor_rule, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups,
+                          alg.w_max, None if cal is None else cal.rule_inputs())
+        if cal is None or not cal.warned("flat_top") or alg.on_flat_world_model == "warn":
+            return self.variant, decision, None
+        if alg.on_flat_world_model == "shift":
+            return self.variant, decision, alg.w_max
+        fixed = decide("fixed", alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, alg.w_max, None)
+        return get_variant("grpo_anchor_only"), AnchorDecision(
+            fixed.groups, "anchors_only", f"{fixed.groups} of {alg.groups_per_step} groups, anchors only: the "
+            "audit warned that the world model cannot rank the top scores (on_flat_world_model)"), None
 
     @property
     def calls_world_model(self) -> bool:
@@ -59,11 +78,18 @@ class LoopShell:
              world_model_env: Environment | None, learner: Learner,
              rng: np.random.Generator) -> tuple[StepResult, AuditReport | None]:
         """One :func:`~wmrl.step.wmrl_step`, then its bookkeeping; the audit when one fell due, else None."""
+        variant, decision, rho = self.plan()
+        self.last_decision = decision
+        if self.calibrator is not None:
+            self.calibrator.record_anchor(decision, self.alg.groups_per_step)
         done = wmrl_step(
-            step, variant=self.variant, alg=self.alg, task_pool=task_pool, policy=policy,
-            executed_env=executed_env, world_model_env=world_model_env if self.calls_world_model else None,
+            step, variant=variant, alg=self.alg, task_pool=task_pool, policy=policy, executed_env=executed_env,
+            world_model_env=world_model_env if world_model_scores(variant) else None,
             learner=learner, calibrator=self.calibrator, rng=rng,
+            # the fixed rule keeps today's draw path (round(anchor_frac * m) inside the step)
+            n_anchor=None if decision.reason == "fixed" else decision.groups, rho=rho,
         )
+        done.anchor_reason = decision.reason
         if done.refitted:
             self.last_refit_step = step
         audit = None
@@ -97,6 +123,8 @@ class LoopShell:
         """rho, pairs, refits, eta2, the last refit and the latest audit: ``progress.json``, ``wmrl status``."""
         snap = self.calibrator.snapshot() if self.calibrator is not None else {}
         audit = read_audit(self.directory) if self.directory is not None else None
+        # after a resume, the decision the calibration state was saved with until the next step decides
+        last = self.last_decision or (self.calibrator.anchor if self.calibrator is not None else None)
         return {
             "rho": _finite(snap.get("rho")), "n_pairs": _finite(snap.get("n_pairs")),
             "n_refits": _finite(snap.get("n_refits")), "eta2": _finite(snap.get("eta2")),
@@ -104,4 +132,6 @@ class LoopShell:
             "audit_warnings": [] if audit is None else audit["warnings"],
             "audit_skipped": [] if audit is None else audit["skipped"],
             "last_refit_step": self.last_refit_step,
+            "anchor_frac": None if last is None else last.frac(self.alg.groups_per_step),
+            "anchor_reason": None if last is None else last.detail,
         }

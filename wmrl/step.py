@@ -111,6 +111,7 @@ class StepResult:
     tokens: dict[str, int] = field(default_factory=dict)  # measured, per phase
     learner: dict[str, float] = field(default_factory=dict)  # what Learner.update returned
     reused_executions: int = 0  # of the executions, answered by an earlier one (launch.reuse_executions)
+    anchor_reason: str = "fixed"  # why this many anchor groups (wmrl/anchor_rule.py REASONS; set by the shell)
 
 
 # --------------------------------------------------------------------------- the step
@@ -128,13 +129,17 @@ def wmrl_step(
     learner: Learner,
     calibrator: Calibrator | None,
     rng: np.random.Generator,
+    n_anchor: int | None = None,
+    rho: float | None = None,
 ) -> StepResult:
     """One step; ``policy``, ``learner`` and ``calibrator`` are updated in place.
 
     ``world_model_env=None`` for variants that never use the world model (grpo_real/grpo_anchor_only):
     no r_hat is computed or paid for. Groups a variant does not train on are not rolled out at all.
     RNG draws, in this order (bit-identical runs): roles, tasks, then whatever the policy and the
-    environments draw.
+    environments draw. ``n_anchor``: the number of anchor groups (the anchor rule's, :mod:`wmrl.anchor_rule`;
+    None: round(anchor_frac * m)); ``rho``: the anchor weight instead of the calibrator's (the
+    ``on_flat_world_model: shift`` response).
     """
     # ``alg`` was validated once, at load or by the trainer, for its own variant (the loop shell passes
     # variant = get_variant(alg.variant)). Another variant here would escape that check (min_anchor_groups
@@ -147,7 +152,7 @@ def wmrl_step(
     if variant.needs_anchors and executed_env is None:
         raise ValueError(f"variant {variant.name!r} executes anchor groups but no executed environment was given")
     # 1. roles: which of the m groups are anchor groups G_E (really executed), the rest G_WM
-    executed = executed_groups(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng)
+    executed = executed_groups(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng, n_anchor)
     if not variant.trains_on_wm:
         executed = executed[executed]  # grpo_real / grpo_anchor_only: only executed groups exist
     g = len(executed)
@@ -170,7 +175,8 @@ def wmrl_step(
         refits = calibrator.debiaser.n_refits
         calibrator.observe(pairs, step)
         refitted = calibrator.debiaser.n_refits != refits
-    rho = calibrator.rho if calibrator is not None else 1.0
+    if rho is None:
+        rho = calibrator.rho if calibrator is not None else 1.0
     # 6. training scores: r on G_E, f_hat(r_hat) (debiasing, Eq. 4) or r_hat on G_WM
     trained = ~dropped & (executed | variant.trains_on_wm)
     scores = np.full((g, n), np.nan)

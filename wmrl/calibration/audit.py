@@ -20,6 +20,14 @@ world-model scores, which is what GRPO's advantages are made of.
     One global f_hat cannot correct a bias that differs by task.
 (d) coverage: anchor pairs (and groups) under the high range GRPO chases (the top quantile of the
     world-model scores being calibrated); the fraction of recent anchors with a high true score.
+(e) flat_top, "the world model cannot rank at the top" (issue 37): the Spearman correlation of r and
+    r_hat (cleared of the error its group shares) among the anchor pairs with a high true score (the top
+    quartile of the scores that did not crash), with a group-clustered bootstrap;
+    it flags when even the bootstrap upper bound is below
+    ``min_top_rank``. phi flat or saturating at the top (Theorem 4's Delta_phi -> 0 there) or noise that
+    swamps phi's rise: either way the world-model stream cannot tell the best solutions apart, only the
+    anchor stream can (the response: ``algorithm.on_flat_world_model``). Not an Assumption-6 check: a
+    monotone phi can be flat.
 
 False alarms of a whole run: the audit runs at every refit (~50 times in a 400-step run), so a check
 *flags* when its effect is large and significant, and *warns* only once it has flagged at ``persist``
@@ -40,7 +48,7 @@ import numpy as np
 from wmrl.calibration.debias import apply_map, as_scores, cross_fitted, fit_isotonic, group_folds
 from wmrl.calibration.stats import clustered_z, codes_of, task_effects, within_group_variance
 
-CHECKS = ("monotonicity", "stationarity", "task_bias", "coverage")
+CHECKS = ("monotonicity", "stationarity", "task_bias", "coverage", "flat_top")
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,12 @@ class AuditThresholds:
     min_support: int = 10  # anchor pairs needed under the high range
     min_support_groups: int = 3  # ... from at least this many groups
     named_tasks: int = 5  # at most this many tasks named in a warning
+    top_quantile: float = 0.75  # flat_top: "a high true score" = at least this quantile of the r > 0
+    min_top_pairs: int = 50  # ... with this many such pairs
+    min_top_groups: int = 8  # ... from this many groups (the bootstrap's clusters)
+    min_top_rank: float = 0.3  # flag when the bootstrap upper bound of the top Spearman is below this
+    top_bootstrap: int = 200  # group-clustered bootstrap resamples
+    top_alpha: float = 0.05  # one-sided: the upper bound is the (1 - top_alpha) bootstrap quantile
 
 
 @dataclass
@@ -97,6 +111,9 @@ class AuditReport:
     streaks: dict[str, int] = field(default_factory=dict)  # consecutive flagged audits per check
     warnings: list[str] = field(default_factory=list)  # flags that persisted
     skipped: list[str] = field(default_factory=list)  # checks not run, with the reason
+    top_rank: float = float("nan")  # Spearman of r_hat and r among the pairs with a high true score
+    top_rank_upper: float = float("nan")  # its bootstrap upper bound
+    n_top: int = 0  # the pairs it was computed on
 
     @property
     def ok(self) -> bool:
@@ -188,6 +205,51 @@ def _names(offsets: Mapping[str, float], z: Mapping[str, float], t: AuditThresho
     hits = [k for k in offsets if abs(z[k]) > crit and abs(offsets[k]) >= t.min_task_sd]
     hits.sort(key=lambda k: -abs(offsets[k]))
     return {k: offsets[k] for k in hits[: t.named_tasks]}
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Rank correlation with average ranks for ties; 0 when r_hat is constant (it ranks nothing)."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x), rankdata(y)
+    sx, sy = rx.std(), ry.std()
+    if not sx > 0:
+        return float("nan")
+    return 0.0 if not sy > 0 else float(np.mean((rx - rx.mean()) * (ry - ry.mean())) / (sx * sy))
+
+
+def top_rank(true: np.ndarray, pred: np.ndarray, groups: np.ndarray, t: AuditThresholds) -> tuple[float, float, int]:
+    """(e): (Spearman of r and r_hat among the pairs with a high true score, its group-clustered bootstrap
+    upper bound, the pairs used); NaNs when too few pairs or groups, or one true score only.
+
+    r_hat is first cleared of the error its group shares (a misread task overview): the leave-one-out
+    mean, over the group's other pairs, of r_hat - phi(r) (phi isotonic on the pool). Such an offset does
+    not hurt ranking inside the group, where GRPO's advantages are taken, but would blur the ranking across
+    groups that the check measures (the high pairs of one group are few: ranking only within groups
+    leaves too few, and too similar, scores to rank)."""
+    nan = float("nan")
+    ran = true > 0.0  # crashes (r = 0) are the bottom, not the top
+    if ran.sum() < t.min_top_pairs:
+        return nan, nan, 0
+    resid = pred - apply_map(*fit_isotonic(true, pred), true)
+    _, g_all = np.unique(groups, return_inverse=True)
+    size = np.bincount(g_all).astype(np.float64)
+    total = np.bincount(g_all, weights=resid)
+    others = np.maximum(size[g_all] - 1.0, 1.0)
+    cleared = pred - np.where(size[g_all] > 1, (total[g_all] - resid) / others, 0.0)
+    top = np.flatnonzero(ran & (true >= np.quantile(true[ran], t.top_quantile)))
+    x, y = true[top], cleared[top]
+    _, g = np.unique(groups[top], return_inverse=True)
+    corr = _spearman(x, y)
+    if len(top) < t.min_top_pairs or g.max() + 1 < t.min_top_groups or math.isnan(corr):
+        return nan, nan, int(len(top))
+    members = [np.flatnonzero(g == c) for c in range(int(g.max()) + 1)]
+    rng = np.random.default_rng(len(top))  # its own seeded stream: the audit never draws from the run's RNG
+    boots = []
+    for _ in range(t.top_bootstrap):
+        idx = np.concatenate([members[i] for i in rng.integers(len(members), size=len(members))])
+        boots.append(_spearman(x[idx], y[idx]))
+    return corr, float(np.nanquantile(boots, 1.0 - t.top_alpha)), int(len(top))
 
 
 def _update_streaks(report: AuditReport, previous: Mapping[str, int] | None, t: AuditThresholds) -> int:
@@ -320,6 +382,20 @@ def audit_pool(
             f"world-model scores (r_hat >= {report.high_threshold:.2f}) rest on only "
             f"{report.n_support_high} anchor pairs from {report.n_groups_high} groups (need "
             f"{t.min_support} from {t.min_support_groups}); the debiasing map there is an extrapolation"
+        )
+
+    report.top_rank, report.top_rank_upper, report.n_top = top_rank(true, pred, g, t)
+    if math.isnan(report.top_rank_upper):
+        report.skipped.append(
+            f"flat_top: {report.n_top} anchor pairs with a high true score; needs {t.min_top_pairs} from "
+            f"{t.min_top_groups} groups, with distinct true scores"
+        )
+    elif report.top_rank_upper < t.min_top_rank:
+        messages["flat_top"] = (
+            f"the world model cannot rank at the top: among the {report.n_top} anchor pairs with a high true "
+            f"score the rank correlation of r_hat and r is {report.top_rank:.2f} (bootstrap upper bound "
+            f"{report.top_rank_upper:.2f} < {t.min_top_rank}); its scores do not separate the best "
+            "solutions, only the anchor stream does (see algorithm.on_flat_world_model)"
         )
 
     report.flags = [c for c in CHECKS if c in messages]

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
+from wmrl.anchor_rule import REASONS, AnchorDecision, RuleInputs
 from wmrl.calibration.audit import AuditReport, AuditThresholds, audit_pool
 from wmrl.calibration.debias import Debiaser, as_scores, cross_fitted
 from wmrl.calibration.denoise import Denoiser
@@ -81,6 +82,10 @@ class Calibrator:
         self._audit_at = 0  # pool size when the last audit fell due (0: none yet)
         self.audit_due = False  # the last observe() brought the pool to an audit point
         self._unsaved = 0  # logged steps since the last snapshot
+        # The anchor rule's latest decision (wmrl/anchor_rule.py), for metrics and `wmrl status`; the
+        # next one is a pure function of the state above (rule_inputs), so a resume recomputes it exactly.
+        self.anchor: AnchorDecision | None = None
+        self.groups_per_step = 0  # m of the decision, for its fraction
         if self.directory is not None:
             self.save()  # the flags and the empty state: load() always finds a snapshot
 
@@ -145,6 +150,20 @@ class Calibrator:
         """Anchor-group weight of Eq. 5; 1.0 when denoising is off or before warm-up."""
         return self.denoiser.rho if self.denoise else 1.0
 
+    def rule_inputs(self) -> RuleInputs:
+        """What the anchor rule reads: eta2, eta2_cal, warm-up and the checks the latest audit flagged."""
+        d = self.denoiser
+        flagged = tuple(c for c, streak in sorted(self._audit_streaks.items()) if streak > 0)
+        return RuleInputs(self.warmed_up, d.eta2, d.eta2_cal, flagged)
+
+    def warned(self, check: str, persist: int | None = None) -> bool:
+        """Whether ``check`` has flagged at ``persist`` consecutive audits (the audit's warning rule)."""
+        need = AuditThresholds().persist if persist is None else persist
+        return self._audit_streaks.get(check, 0) >= need
+
+    def record_anchor(self, decision: AnchorDecision, groups_per_step: int) -> None:
+        self.anchor, self.groups_per_step = decision, groups_per_step
+
     def snapshot(self) -> dict[str, float]:
         nan = float("nan")
         d = self.denoiser
@@ -156,7 +175,15 @@ class Calibrator:
             "eta2_cal": nan if d.eta2_cal is None else d.eta2_cal,
             "rho": self.rho,
             "last_step": float(self.last_step),
+            **self._anchor_metrics(),
         }
+
+    def _anchor_metrics(self) -> dict[str, float]:
+        """``anchor/frac`` and ``anchor/reason`` (the index of the reason in REASONS: metrics are numbers)."""
+        if self.anchor is None or not self.groups_per_step:
+            return {}
+        return {"anchor/frac": self.anchor.frac(self.groups_per_step),
+                "anchor/reason": float(REASONS.index(self.anchor.reason))}
 
     def audit(self, thresholds: AuditThresholds | None = None) -> AuditReport:
         """Assumption-6 audit of the pool (see wmrl/calibration/audit.py); logs its warnings.
@@ -201,6 +228,9 @@ class Calibrator:
             "audit_at": self._audit_at,
             # eta2 only ever reads the newest eta_window out-of-sample scores
             "prequential": self._prequential[len(self._prequential) - self.cfg.eta_window :],
+            "anchor": None if self.anchor is None else {
+                "groups": self.anchor.groups, "reason": self.anchor.reason, "detail": self.anchor.detail,
+                "groups_per_step": self.groups_per_step},
         }
         atomic_write_json(self.directory / STATE_NAME, state)
         self._unsaved = 0
@@ -251,6 +281,10 @@ class Calibrator:
             cal.last_step = max(cal.last_step, record_step)
         previous = read_audit(directory)  # the persistence rule's streaks continue across a restart
         cal._audit_streaks = dict(previous.get("streaks") or {}) if previous else {}
+        if state.get("anchor"):  # the last decision, for display until the next step decides again
+            a = state["anchor"]
+            cal.anchor = AnchorDecision(int(a["groups"]), str(a["reason"]), str(a["detail"]))
+            cal.groups_per_step = int(a["groups_per_step"])
         cal.directory = directory
         cal.pool.attach(directory, records[-1][2] if records else 0)
         cal._unsaved = len(records) - done

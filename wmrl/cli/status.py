@@ -134,6 +134,9 @@ def render(info: dict[str, Any], brief: bool = False) -> str:
          f"{_fmt(p.get('n_refits'), '.0f')} (last at step {_fmt(p.get('last_refit_step'), 'd')}), "
          f"eta2 {_fmt(p.get('eta2'))}"),
         _audit_line(p),
+        # the anchor rule's latest decision (issue 37; algorithm.anchor_rule)
+        f"anchors    {_fmt(p.get('anchor_frac'), '.0%')} of the groups: {p['anchor_reason']}"
+        if p.get("anchor_reason") else "",
         _world_model_line(p),
         _compute_line(p),
         _memory_line(p),

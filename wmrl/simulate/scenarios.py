@@ -59,6 +59,13 @@ SCENARIOS: dict[str, Scenario] = {
             ("simulator.wm_task_offset=-0.2",),
         ),
         Scenario(
+            "saturating",
+            "a world model that saturates at the top: phi(r) = min(0.9, 0.15 + 1.5 r), noise 0.03; it inflates"
+            " mediocre solutions (every r >= 0.5 reads 0.9), so it cannot rank the approaches worth learning;"
+            " monotone, so Assumption 6 holds, and the flat_top audit check must warn",
+            ("simulator.phi=min(0.9, 0.15 + 1.5*r)",),
+        ),
+        Scenario(
             "monotone_stationary",
             "monotone stationary bias (logistic phi, slope 6, noise 0.02): Assumption 6 holds, the audit must stay silent",
             ("simulator.phi=logistic", "simulator.phi_param=6", "simulator.wm_noise=0.02"),

@@ -36,7 +36,7 @@ from wmrl.simulate.world_model import SyntheticWorldModel
 
 COST_SOURCE = "modelled"  # GPU-hours from simulator.cost, not measured
 MAP_GRID = np.linspace(0.0, 1.0, 101)
-HISTORY_KEYS = ("score", "executions", "gpu_hours", "rho", "eta2", "n_pairs")
+HISTORY_KEYS = ("score", "executions", "gpu_hours", "rho", "eta2", "n_pairs", "anchor_frac")
 
 
 @dataclass
@@ -158,6 +158,8 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
             for key, value in (
                 ("score", score), ("executions", meter.executions), ("gpu_hours", meter.gpu_hours),
                 ("rho", done.rho), ("eta2", snap.get("eta2")), ("n_pairs", snap.get("n_pairs", 0)),
+                # the share of the m groups really executed this step (the anchor rule's choice)
+                ("anchor_frac", int(done.executed.sum()) / alg.groups_per_step),
             ):
                 result.history[key].append(float("nan") if value is None else float(value))
 
