@@ -133,29 +133,39 @@ def test_the_memory_answers_the_quality_check_and_the_llm_the_others(case):  # n
 def test_the_memory_starts_from_the_training_references_and_their_executed_variants(tmp_path, monkeypatch):
     """world_model.memory: every non-held-out reference with its leaderboard score, the variants the SFT
     executes and the agent's own mistakes (really run in bwrap), and the policy's samples, each once; the
-    held-out references (the evaluation's) never, nor what the pre-check settles."""
+    held-out references (the evaluation's) never, nor what the pre-check settles; every program as the
+    agent writes it, without the pool's header (a sample that repeats a reference is that reference)."""
     from test_sft_data import task_with_references
 
     from wmrl.config import load_config
     from wmrl.configs import TINY_CONFIG
     from wmrl.sft.data import memory_examples
-    from wmrl.world_model.variants import POLICY_SAMPLE, SolutionVariant, reference_variant
+    from wmrl.world_model.variants import (
+        POLICY_SAMPLE,
+        SolutionVariant,
+        clean_reference,
+        reference_variant,
+    )
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     task = task_with_references(tmp_path, 4)
     cfg = load_config(str(TINY_CONFIG))
     cfg = replace(cfg, world_model=replace(cfg.world_model, sft_variants_per_task=1, heldout_fraction=0.5))
-    held_out = {ref.code for ref in task.reference_solutions() if reference_variant(task, ref, 0.5).heldout}
-    kept = next(ref for ref in task.reference_solutions() if ref.code not in held_out)
-    deeper = kept.code.replace("max_depth=", "max_depth=1 + ")  # a new program that runs and scores
-    undefined = kept.code.replace("model.fit(", "modell.fit(")  # a NameError the pre-check settles
+    clean = {ref.name: clean_reference(ref.code) for ref in task.reference_solutions()}
+    held_out = {clean[ref.name] for ref in task.reference_solutions() if reference_variant(task, ref, 0.5).heldout}
+    kept = next(ref for ref in task.reference_solutions() if clean[ref.name] not in held_out)
+    written = clean[kept.name]  # the policy writes a reference as its SFT showed it: without the header
+    deeper = written.replace("max_depth=", "max_depth=1 + ")  # a new program that runs and scores
+    undefined = written.replace("model.fit(", "modell.fit(")  # a NameError the pre-check settles
     samples = [SolutionVariant(task.task_id, POLICY_SAMPLE, POLICY_SAMPLE, code, False, 0.0)
-               for code in (kept.code, deeper, undefined, deeper)]
+               for code in (written, deeper, undefined, deeper)]
     examples = memory_examples(cfg, [task], table_runtime(), samples, progress=False)
     assert len({e.key for e in examples}) == len(examples)  # each solution once
-    references = {e.code: e.score for e in examples if e.code in {r.code for r in task.reference_solutions()}}
+    assert not any("Reference solution" in e.code for e in examples)  # the header labels a reference's strength
+    references = {e.code: e.score for e in examples if e.code in clean.values()}
     assert held_out and not held_out & {e.code for e in examples}
-    assert references == {r.code: r.position_score for r in task.reference_solutions() if r.code not in held_out}
+    assert references == {clean[r.name]: r.position_score for r in task.reference_solutions()
+                          if clean[r.name] not in held_out}  # the repeated reference kept its leaderboard score
     (sample,) = [e for e in examples if e.code == deeper]
     assert sample.valid and 0.0 < sample.score <= 1.0 and undefined not in {e.code for e in examples}
     broken = [e for e in examples if e.code not in references and e.code != deeper]

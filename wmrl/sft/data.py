@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,11 +50,11 @@ from wmrl.world_model.variants import (
     Outcome,
     SolutionVariant,
     all_references,
+    clean_reference,
     make_variants,
 )
 
 AGENT, WORLD_MODEL = "agent", "world_model"
-_DOCSTRING = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
 _MODEL = re.compile(r"^model = (.+)$", re.MULTILINE)
 FEATURE_WORDS = {"all": "all features", "half": "half of the features", "two": "two features",
                  "one": "a single feature", "pool": "2x2-pooled pixels", "pool4": "4x4-pooled pixels",
@@ -65,11 +66,6 @@ class SFTData:
     examples: list[Any]
     counts: Counter = field(default_factory=Counter)  # examples per kind
     skipped: Counter = field(default_factory=Counter)  # too long, per kind
-
-
-def clean_reference(code: str) -> str:
-    """The reference's code as the agent would write it (without the pool's bookkeeping docstring)."""
-    return _DOCSTRING.sub("", code, count=1).lstrip("\n")
 
 
 def analysis_for(task: Any, code: str, note: str = "") -> str:
@@ -219,26 +215,58 @@ def executed_outcomes(cfg: SFTRunConfig, tasks: Sequence[Any], variants: Sequenc
 
 
 def memory_examples(cfg: SFTRunConfig, tasks: Sequence[Any], runtime: Any, samples: Sequence[SolutionVariant] = (),
-                    progress: bool = True) -> list[Executed]:
+                    progress: bool = True, cost: dict[str, float] | None = None) -> list[Executed]:
     """What the executed-solution memory starts from (``world_model.memory``): every reference of the
     training tasks that is not held out, with its leaderboard score; the broken variants the world
     model's SFT executes (cached: nothing new runs after ``wmrl sft``), and those references with the
     agent's own mistakes (``AGENT_MISTAKES``); and ``samples`` (:func:`policy_samples`). Each is
     executed once, cached by content; the ones the pre-check settles are left out when it is on (a run
-    never asks the world model about them)."""
+    never asks the world model about them).
+
+    ``cost``, when given, receives what the memory's own executions cost (those beyond the SFT's, whose
+    cost is the SFT's): ``executions`` and ``seconds_execution``, the sum of each outcome's recorded
+    seconds, the same whether they ran now or were read from the cache."""
     train = [t for t in tasks if t.split == "train"]
     wm = cfg.world_model
     variants = world_model_sft_variants(train, replace(wm, sft_all_references=True), runtime)
+    sft_keys = {v.key for v in world_model_sft_variants(train, wm, runtime)}
     agent_mistakes = [v for v in make_variants(train, wm.sft_variants_per_task, wm.heldout_fraction, wm.seed,
                                                kinds=AGENT_MISTAKES) if not v.heldout and v.kind != REFERENCE]
     extra = agent_mistakes + [s for s in samples if s.task_id in {t.task_id for t in train}]
     variants += left_to_the_world_model(extra, train, runtime) if wm.precheck else extra
     unique: dict[str, SolutionVariant] = {}
-    for v in variants:  # a sample may repeat a reference verbatim: the reference (its leaderboard run) stays
-        unique.setdefault(v.key, v)
+    # Compared and kept without the pool's header (clean_reference): it labels some references "deliberately
+    # weak", which no code the agent writes says. A sample that repeats a reference verbatim is that
+    # reference: the reference (its leaderboard run) stays.
+    for v in variants:
+        unique.setdefault(replace(v, code=clean_reference(v.code)).key, v)
     variants = list(unique.values())
     outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress)
-    return [Executed(v.task_id, v.code, outcomes[v.key].score, outcomes[v.key].valid) for v in variants]
+    if cost is not None:
+        own = [outcomes[v.key] for v in variants if v.key not in sft_keys and outcomes[v.key].source == "executed"]
+        cost.update(executions=len(own), seconds_execution=float(sum(o.seconds for o in own)))
+    return [Executed(v.task_id, clean_reference(v.code), outcomes[v.key].score, outcomes[v.key].valid)
+            for v in variants]
+
+
+def _samples_file(policy: Any, tasks: Sequence[Any], per_task: int, seed: int, build: str | None) -> Path:
+    """Where :func:`policy_samples` caches the samples of ``build`` (their ``.cost.json`` beside them)."""
+    from wmrl.world_model.variants import cache_dir
+
+    params = policy.params
+    key = hashlib.sha256(json.dumps([build, [t.task_id for t in tasks], per_task, seed, params.temperature,
+                                     params.top_p, params.max_new_tokens]).encode()).hexdigest()[:16]
+    return cache_dir().parent / "policy_samples" / f"{key}.json"
+
+
+def policy_samples_cost(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
+                        build: str | None) -> dict[str, float] | None:
+    """What drawing :func:`policy_samples`' samples of ``build`` cost when they were drawn (``samples``,
+    ``seconds_generation``); None when they were drawn before the cost was recorded, or not cached."""
+    from wmrl.io import read_json
+
+    record = _samples_file(policy, tasks, per_task, seed, build).with_suffix(".cost.json")
+    return read_json(record) if build is not None and record.is_file() else None
 
 
 def policy_samples(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
@@ -249,24 +277,26 @@ def policy_samples(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
     are cached under it, so every run and seed from that policy samples once."""
     from wmrl.agent.parse import parse_reply
     from wmrl.io import atomic_write_json, read_json
-    from wmrl.world_model.variants import cache_dir
 
     if per_task == 0:
         return []
     ids = [t.task_id for t in tasks]
     params = policy.params
-    key = hashlib.sha256(json.dumps([build, ids, per_task, seed, params.temperature, params.top_p,
-                                     params.max_new_tokens]).encode()).hexdigest()[:16]
-    cached = cache_dir().parent / "policy_samples" / f"{key}.json"
+    cached = _samples_file(policy, tasks, per_task, seed, build)
     if build is not None and cached.is_file():
         codes = read_json(cached)
     else:
+        started = time.perf_counter()
         drawn_for = [task_id for task_id in ids for _ in range(per_task)]
         prompts = [policy.first_prompt(task_id) for task_id in drawn_for]
         seeds = [int(s) for s in np.random.default_rng([seed, per_task]).integers(0, 2**31 - 1, len(prompts))]
         generations = policy.generator.generate(prompts, params, seeds=seeds)
         codes = [[task_id, parse_reply(g.text).code] for task_id, g in zip(drawn_for, generations, strict=True)]
         if build is not None:
+            # what drawing them cost, beside them: a one-time cost of the memory that every later run
+            # from this build reads back (policy_samples_cost) instead of paying it
+            atomic_write_json(cached.with_suffix(".cost.json"),
+                              {"samples": len(codes), "seconds_generation": time.perf_counter() - started})
             atomic_write_json(cached, codes)
     return [SolutionVariant(task_id, POLICY_SAMPLE, POLICY_SAMPLE, code, False, 0.0)
             for task_id, code in codes if code]

@@ -42,8 +42,9 @@ class WorldModelConfig:
     retries: int = 3
 
     # SFT data of the tiny world model (wmrl/sft/data.py): references per task, each with its broken
-    # variants, really executed once (cached) with this time budget; this fraction of references is
-    # held out for the world-model evaluation and never trained on.
+    # variants, really executed once (cached) with this time budget; this fraction of references (by a
+    # hash of their name) is left out of the world model's SFT and of the memory, not out of the policy's
+    # (sft.references_per_task), which is why the evaluation picks others (benchmarks/eval_world_model.py).
     sft_variants_per_task: int = 4
     heldout_fraction: float = 0.25
     variant_timeout_s: float = 120.0

@@ -1,7 +1,7 @@
 """Reference solutions and broken variants of them, with their REALLY executed outcomes.
 
 The tiny world model learns its JSON from what really happens (``wmrl/sft/data.py``), and is measured
-against it (``scripts/eval_world_model.py``). A variant is a reference solution with one realistic
+against it (``benchmarks/eval_world_model.py``). A variant is a reference solution with one realistic
 mistake; its outcome comes from running it in the sandbox once, cached by content hash, so a rerun
 costs nothing and a changed sandbox or code reruns only what changed. The unmodified references are
 not rerun: their scores come from the real runs the task's leaderboard was built from.
@@ -28,8 +28,10 @@ whose target column is another task's (the policy splices one task's ending onto
 They feed the executed-solution memory only: the world model's SFT keeps ``MUTATIONS`` (the recipe
 its hash names).
 
-A reference is *held out* (kept for evaluation, never used by SFT) when a hash of its name falls in
-the held-out fraction; every reference of a held-out task is held out.
+A reference is *held out* (never in the world model's SFT data nor in the memory) when a hash of its
+name falls in the held-out fraction; every reference of a held-out task is held out. The policy's SFT
+picks its references of the training tasks without looking at this (``sft.references_per_task``), so
+the world model's evaluation takes other ones (``benchmarks/eval_world_model.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ _TARGET = re.compile(r'^(y_train = train\[")([^"]+)("\].*)$', re.MULTILINE)
 _FEATURES = re.compile(r"^FEATURES = \[('[^']+')", re.MULTILINE)
 _MODEL_IMPORT = re.compile(r"^from sklearn\.\w+(\.\w+)? import .*\n", re.MULTILINE)
 _SUBMIT = re.compile(r'^(pd\.DataFrame\(\{"id": test_ids, [^}]+\}\))(\.to_csv\(SUBMISSION_PATH.*)$', re.MULTILINE)
+# The built-in pool's bookkeeping docstring, first line of every reference: its name, task and, for some,
+# "(deliberately weak)", a label the agent never writes (wmrl/tasks/builtin/refcode.py, HEADER).
+_HEADER = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,13 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def clean_reference(code: str) -> str:
+    """The reference's code as the agent would write it, without the pool's bookkeeping docstring: what
+    the policy's SFT, the executed-solution memory and the world model's evaluation see of a reference.
+    (The world model's own SFT examples keep it: their bytes name the committed SFT build.)"""
+    return _HEADER.sub("", code, count=1).lstrip("\n")
 
 
 def mutate(code: str, kind: str, rng: np.random.Generator) -> str | None:
@@ -170,16 +182,24 @@ def make_variants(tasks: list[Any], per_task: int, heldout_fraction: float = 0.2
             continue
         picks = np.unique(np.linspace(0, len(refs) - 1, min(per_task, len(refs))).round().astype(int))
         for index in picks:
-            ref = refs[int(index)]
-            unmodified = reference_variant(task, ref, heldout_fraction)
-            code, heldout = unmodified.code, unmodified.heldout
-            out.append(unmodified)
-            task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
-            rng = np.random.default_rng([seed, task_seed, int(index)])
-            for kind in kinds:
-                mutated = mutate(code, kind, rng)
-                if mutated is not None and mutated != code:
-                    out.append(SolutionVariant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
+            out += reference_variants(task, int(index), heldout_fraction, seed, kinds)
+    return out
+
+
+def reference_variants(task: Any, index: int, heldout_fraction: float = 0.25, seed: int = 0,
+                       kinds: tuple[str, ...] = MUTATIONS) -> list[SolutionVariant]:
+    """The ``index``-th of ``task``'s references (weakest first) unmodified, then with every mutation of
+    ``kinds`` that applies, drawn from a generator seeded by (seed, task, index)."""
+    ref = task.reference_solutions()[index]
+    unmodified = reference_variant(task, ref, heldout_fraction)
+    code, heldout = unmodified.code, unmodified.heldout
+    out = [unmodified]
+    task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
+    rng = np.random.default_rng([seed, task_seed, index])
+    for kind in kinds:
+        mutated = mutate(code, kind, rng)
+        if mutated is not None and mutated != code:
+            out.append(SolutionVariant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
     return out
 
 
