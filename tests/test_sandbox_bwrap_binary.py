@@ -206,7 +206,10 @@ def test_a_user_namespace_limit_is_named(source: str) -> None:
     """Inside a sandbox that may make no further user namespace (bwrap --disable-userns: the nested
     clone fails with ENOSPC, as under user.max_user_namespaces=0)."""
     binary = binary_of(source)
-    outer = [binary.path, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    # a checkout or venv under /tmp (a CI clone) stays visible through the sandbox's own /tmp
+    keep = [arg for path in (str(Path(__file__).resolve().parents[1]), sys.prefix) if path.startswith("/tmp/")
+            for arg in ("--ro-bind", path, path)]
+    outer = [binary.path, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *keep,
              "--unshare-user", "--disable-userns", "--unshare-pid", "--"]
     out = check_in_child(binary, as_root=False, prefix=outer)
     assert out.startswith("refused ") and "max_user_namespaces" in out

@@ -52,6 +52,8 @@ def client_paths() -> list[str]:
 def in_image(argv: list[str], binds: list[str], hide: list[str] | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` in the stand-in image (the host minus ``hide``) with ``binds`` mounted back."""
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # a checkout or venv under /tmp (a CI clone) stays visible through the image's own /tmp
+    args += [arg for path in (str(REPO), sys.prefix) if path.startswith("/tmp/") for arg in ("--ro-bind", path, path)]
     for path in client_paths() if hide is None else hide:
         args += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     for path in binds:
