@@ -71,6 +71,7 @@ def test_without_cuda_the_check_refuses_in_one_line(tmp_path):
     import torch
 
     if torch.cuda.is_available():
+        # The refusal is the CPU path; on a GPU machine the check runs instead (scripts/gpu_check.sh).
         pytest.skip("this machine has CUDA")
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     for command in ([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--out", str(tmp_path)],
