@@ -57,11 +57,11 @@ def summarise(out: Path) -> None:
         by.setdefault((r["scenario"], r["arm"]), {})[r["seed"]] = r
     scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
     lines = ["# Anchor rule (issue 37): every named scenario x 4 arms, paired by seed", "",
-             "Simulator defaults + the scenario's overrides; GPU-hours are modelled (`simulator.cost`). Score: "
+             ("Simulator defaults + the scenario's overrides; GPU-hours are modelled (`simulator.cost`). Score: "
              "final expected true score, mean ± SE over the seeds every arm finished. `to target`: mean GPU-h "
              "to reach `simulator.target_score` over the runs that reached it (n reached). Paired columns: "
              "adaptive minus the best of (wmrl fixed, grpo_anchor_only) by mean score, with the SE of the "
-             "per-seed differences; cost ratio = adaptive GPU-h / that arm's.", ""]
+             "per-seed differences; cost ratio = adaptive GPU-h / that arm's."), ""]
     summary = {}
     for sc in scenarios:
         seeds = sorted(set.intersection(*(set(by.get((sc, a), {})) for a in ARMS)))

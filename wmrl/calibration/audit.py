@@ -242,14 +242,14 @@ def top_rank(true: np.ndarray, pred: np.ndarray, groups: np.ndarray, t: AuditThr
     _, g = np.unique(groups[top], return_inverse=True)
     corr = _spearman(x, y)
     if len(top) < t.min_top_pairs or g.max() + 1 < t.min_top_groups or math.isnan(corr):
-        return nan, nan, int(len(top))
+        return nan, nan, len(top)
     members = [np.flatnonzero(g == c) for c in range(int(g.max()) + 1)]
     rng = np.random.default_rng(len(top))  # its own seeded stream: the audit never draws from the run's RNG
     boots = []
     for _ in range(t.top_bootstrap):
         idx = np.concatenate([members[i] for i in rng.integers(len(members), size=len(members))])
         boots.append(_spearman(x[idx], y[idx]))
-    return corr, float(np.nanquantile(boots, 1.0 - t.top_alpha)), int(len(top))
+    return corr, float(np.nanquantile(boots, 1.0 - t.top_alpha)), len(top)
 
 
 def _update_streaks(report: AuditReport, previous: Mapping[str, int] | None, t: AuditThresholds) -> int:

@@ -18,8 +18,7 @@ import torch
 
 from wmrl.io import TMP_PREFIX, fsync_dir, step_name
 from wmrl.learner.checkpoint import complete_checkpoints, read_meta
-from wmrl.models.vision_language import text_config
-from wmrl.models.vision_language import name_problems
+from wmrl.models.vision_language import name_problems, text_config
 
 EXPORT_RECORD = "wmrl_export.json"  # written beside the weights: the step and checkpoint exported
 

@@ -20,7 +20,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wmrl.models.vision_language import checkpoint_tensor_names, is_composite_dir, name_problems, text_config
+from wmrl.models.vision_language import (
+    checkpoint_tensor_names,
+    is_composite_dir,
+    name_problems,
+    text_config,
+)
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}

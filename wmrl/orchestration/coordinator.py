@@ -226,7 +226,9 @@ class Coordinator(submitit.helpers.Checkpointable):
             # Rank 0 joins the learner group now, not when the trainer leads (after the pool, tracking and
             # the initial policy): the followers wait to join inside the group's rendezvous (its 30-minute
             # timeout), then on the call channel, which waits as long as a step takes (learner/channel.py).
-            from wmrl.learner.distributed import init_distributed  # torch + DeepSpeed: multi-rank runs only
+            from wmrl.learner.distributed import (
+                init_distributed,  # torch + DeepSpeed: multi-rank runs only
+            )
 
             init_distributed()
         handler = _file_log(run)
