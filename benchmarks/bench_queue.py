@@ -122,7 +122,7 @@ def idle_cpu(root: Path, seconds: float) -> dict[str, Any]:
     return {
         "wait_s": wall, "pending": len(reqs), "cpu_s": cpu, "cpu_percent": 100 * cpu / wall,
         "user_s": ru1.ru_utime - ru0.ru_utime, "system_s": ru1.ru_stime - ru0.ru_stime,
-        "poll_min_s": cfg.launch.poll_min_s, "poll_max_s": cfg.launch.poll_max_s,
+        "poll_min_s": cfg.launch.timing.poll_min_s, "poll_max_s": cfg.launch.timing.poll_max_s,
     }
 
 

@@ -4,7 +4,7 @@ the SFT data nor the memory holds, in two splits.
     python benchmarks/eval_world_model.py --model DIR [--config CFG.yaml] [key=value ...] [--limit N]
 
 - ``heldout_tasks``: the held-out tasks' references (2 per task, spread over the leaderboard), each
-  unmodified and with each broken variant of ``wmrl/world_model/variants.py``. No training data of any
+  unmodified and with each broken variant of ``wmrl/world_model_data/variants.py``. No training data of any
   kind comes from these tasks.
 - ``train_task_references``: references of the TRAINING tasks that the world model's SFT holds out (a
   hash of their name, ``world_model.heldout_fraction``) and that the policy's SFT does not reproduce
@@ -15,7 +15,7 @@ the SFT data nor the memory holds, in two splits.
 
 Every program is shown as the agent writes it (``clean_reference``: without the pool's header, whose
 "(deliberately weak)" labels a reference's strength), and compared by normalised code
-(``wmrl/world_model/contamination.py``): a variant that is in the SFT data (the policy's references, the
+(``wmrl/world_model_data/contamination.py``): a variant that is in the SFT data (the policy's references, the
 world model's variants) is dropped, and those with a near-copy there (which the SFT'd LLM cannot forget)
 are counted; each split is scored with the run's memory less every example of the same task that is a
 near-copy of one of its variants (difflib ratio >= ``--near-copy-ratio``, 0.9, over the normalised
@@ -55,19 +55,15 @@ from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.rollout import Submission
 from wmrl.sandbox import limits_from_config, make_backend
 from wmrl.sandbox.probe import probe_runtime
-from wmrl.sft.data import (
-    memory_examples,
-    policy_samples,
-    spread_references,
-    world_model_sft_variants,
-)
+from wmrl.sft.data import spread_references
 from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 from wmrl.world_model.backends import InProcessBackend
-from wmrl.world_model.contamination import NEAR_COPY_RATIO, NearCopies, split_near_copies
 from wmrl.world_model.env import TaskCase, WorldModelEnvironment
 from wmrl.world_model.memory import ExecutedMemory
 from wmrl.world_model.precheck import PreCheck
-from wmrl.world_model.variants import (
+from wmrl.world_model_data.contamination import NEAR_COPY_RATIO, NearCopies, split_near_copies
+from wmrl.world_model_data.examples import memory_examples, policy_samples, world_model_sft_variants
+from wmrl.world_model_data.variants import (
     SolutionVariant,
     clean_reference,
     make_variants,

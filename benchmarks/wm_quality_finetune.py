@@ -39,7 +39,7 @@ from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.world_model.prompts import QUALITY
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "world_model"
-# The quality answer up to its score, as wmrl/world_model/targets.py writes it.
+# The quality answer up to its score, as wmrl/world_model_data/targets.py writes it.
 HEAD = '{"reason": "Predicted leaderboard position of this approach.", "verdict": "pass", "confidence": '
 GRID = [round(i / 100, 2) for i in range(101)]
 
@@ -153,7 +153,7 @@ def main() -> None:
     from wmrl.tasks.overview import task_overview
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
     from wmrl.world_model.prompts import check_messages, get_checks, simulator_system_prompt
-    from wmrl.world_model.variants import all_references
+    from wmrl.world_model_data.variants import all_references
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="", help="HF model dir (default: the tiny default's SFT, built)")

@@ -101,15 +101,11 @@ def sft(cfg: Any) -> dict[str, Any]:
     """The SFT's hash, its examples per kind, and each world-model variant's executed outcome."""
     from wmrl.models.init import ensure_tiny_model
     from wmrl.models.loading import load_tokenizer
-    from wmrl.sft.data import (
-        build_sft_data,
-        executed_outcomes,
-        run_context,
-        world_model_sft_variants,
-    )
+    from wmrl.sft.data import build_sft_data, run_context
     from wmrl.sft.engine import default_sft_dir, sft_hash
     from wmrl.sft.example import examples_digest
     from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.world_model_data.examples import executed_outcomes, world_model_sft_variants
 
     base, _ = ensure_tiny_model(cfg.model, cfg.tasks.root)
     examples = build_sft_data(cfg, load_tokenizer(base), max_tokens=cfg.sft.pack_tokens, progress=False).examples

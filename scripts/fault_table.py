@@ -43,7 +43,7 @@ from mlflow_server import MlflowServer, free_port
 from wmrl.io import read_json
 from wmrl.orchestration.rundir import RunDir
 
-EXTRA = ["launch.checkpoint_every_s=0.5", "launch.idle_timeout_s=120"]
+EXTRA = ["launch.timing.checkpoint_every_s=0.5", "launch.timing.idle_timeout_s=120"]
 
 
 def wmrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -24,8 +24,8 @@ DRY = [
     "algorithm.groups_per_step=4", "algorithm.group_size=3", "algorithm.anchor_frac=0.25",
     "algorithm.min_pairs=6", "algorithm.refit_every=3", "algorithm.eta_window=6",
     "sandbox.timeout_s=20",
-    "launch.lease_s=6", "launch.heartbeat_s=1", "launch.workers=2", "launch.idle_timeout_s=30",
-    "launch.lock_stale_s=8", "launch.lock_heartbeat_s=2",
+    "launch.timing.lease_s=6", "launch.timing.heartbeat_s=1", "launch.workers=2", "launch.timing.idle_timeout_s=30",
+    "launch.timing.lock_stale_s=8", "launch.timing.lock_heartbeat_s=2",
 ]
 
 

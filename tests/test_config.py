@@ -114,3 +114,38 @@ def test_one_run_length_for_every_trainer_and_the_old_key_still_loads(tmp_path: 
     # the schedule of the testbed's world model must fall inside the run
     with pytest.raises(ConfigError, match=r"simulator.drift_step"):
         load_config(None, ["train.steps=50", "simulator.drift_step=60"])
+
+
+def test_launch_timings_are_one_section_and_their_old_keys_still_load(tmp_path: Path) -> None:
+    timing = load_config(None, ["launch.timing.lease_s=30", "launch.timing.coordinator_time_min=20"]).launch.timing
+    assert (timing.lease_s, timing.coordinator_time_min, timing.heartbeat_s) == (30.0, 20, 10.0)
+    assert not hasattr(load_config().launch, "lease_s")
+    # an override, a config file or a saved run's config.yaml of before (flat launch keys) moves them
+    with pytest.warns(FutureWarning, match=r"launch.lease_s is launch.timing.lease_s now .*lease_s=30"):
+        assert load_config(None, ["launch.lease_s=30"]).launch.timing.lease_s == 30.0
+    old = tmp_path / "old.yaml"
+    old.write_text("launch:\n  executor: local\n  heartbeat_s: 5\n  idle_timeout_s: 90\n  signal_delay_s: 60\n")
+    with pytest.warns(FutureWarning) as said:
+        timing = load_config(old).launch.timing
+    assert (timing.heartbeat_s, timing.idle_timeout_s, timing.signal_delay_s) == (5.0, 90.0, 60)
+    assert sorted(str(w.message).split(":")[1].split()[0] for w in said) == [
+        "launch.heartbeat_s", "launch.idle_timeout_s", "launch.signal_delay_s"]
+    # a moved key's value is still checked, under its new name
+    with (pytest.raises(ConfigError, match=r"launch.timing.poll_min_s=2.0 exceeds launch.timing.poll_max_s"),
+          pytest.warns(FutureWarning)):
+        load_config(None, ["launch.poll_min_s=2"])
+    # new files load without a word
+    new = tmp_path / "new.yaml"
+    new.write_text("launch:\n  timing:\n    heartbeat_s: 5\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_config(new).launch.timing.heartbeat_s == 5.0
+
+
+@pytest.mark.parametrize("path", sorted([*(Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"),
+                                         *(Path(__file__).resolve().parents[1] / "wmrl" / "configs").glob("*.yaml")]),
+                         ids=lambda p: p.name)
+def test_every_shipped_config_loads_without_a_moved_key(path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # a shipped file uses the keys of today
+        assert isinstance(load_config(path), WMRLConfig)

@@ -28,7 +28,7 @@ from wmrl.sandbox.base import SandboxLimits
 from wmrl.sandbox.runspec import gpu_env
 
 PYTHON_WORK = "wmrl.orchestration.work:python_work"
-FAST = {"lease_s": 1.5, "heartbeat_s": 0.2, "poll_min_s": 0.02, "poll_max_s": 0.2}
+FAST = {"timing.lease_s": 1.5, "timing.heartbeat_s": 0.2, "timing.poll_min_s": 0.02, "timing.poll_max_s": 0.2}
 # Each execution reports what it was told and when it ran (it waits until its neighbour has started).
 CODE = """
 import json, os, time
@@ -130,7 +130,7 @@ def test_a_slurm_array_task_runs_one_worker_slot_per_share_of_its_gpu(tmp_path, 
     named after the task, each on GPU 0 with half of it, until they go idle."""
     from wmrl.orchestration.slurm import run_worker_slots
 
-    cfg, run, service, reqs = two_queued_executions(tmp_path, "launch.worker_gpus=1", "launch.idle_timeout_s=3")
+    cfg, run, service, reqs = two_queued_executions(tmp_path, "launch.worker_gpus=1", "launch.timing.idle_timeout_s=3")
     summary = run_worker_slots(run, cfg, PYTHON_WORK, "node1-77_3-123")
     done = service.wait([r.request_id for r in reqs], timeout_s=5)
     assert summary["slots"] == 2 and summary["exit_reason"] == "slots exited"
@@ -155,7 +155,7 @@ def test_on_the_local_slurm_an_array_task_with_one_fake_gpu_runs_two_executions_
     cfg, run, service, reqs = two_queued_executions(
         tmp_path, "launch.executor=slurm", f"launch.work={PYTHON_WORK}", "launch.workers=2", "launch.worker_gpus=1",
         "launch.worker_cpus=2", "sandbox.memory_mb=2048",  # 2 slots; their 8 GB fit the local node
-        "launch.worker_time_min=5", "launch.idle_timeout_s=5")
+        "launch.timing.worker_time_min=5", "launch.timing.idle_timeout_s=5")
     array = submit_workers(cfg, run)
     try:
         done = service.wait([r.request_id for r in reqs], timeout_s=180)

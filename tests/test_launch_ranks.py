@@ -172,7 +172,8 @@ def _task_probe() -> dict[str, str]:
 def test_a_two_task_coordinator_job_gets_two_tasks_on_the_local_slurm(tmp_path):
     require_slurm()
     cfg = dry_config(tmp_path, "two", 1, "launch.executor=slurm", "launch.coordinator_tasks_per_node=2",
-                     "launch.coordinator_cpus=1", "launch.coordinator_time_min=5", "launch.signal_delay_s=30",
+                     "launch.coordinator_cpus=1", "launch.timing.coordinator_time_min=5",
+                     "launch.timing.signal_delay_s=30",
                      f"launch.setup=['export PYTHONPATH={REPO}:{REPO / 'tests'}']")  # the probe is this module's
     job = slurm_executor(cfg, make_run(cfg), COORDINATOR).submit(_task_probe)
     try:

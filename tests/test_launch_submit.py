@@ -21,7 +21,7 @@ from wmrl.orchestration.slurm import (
 needs_srun = pytest.mark.skipif(shutil.which("srun") is None, reason="submitit's SlurmExecutor needs srun on PATH")
 
 CLUSTER = ["launch.partition=gpu", "launch.account=lab42", "launch.qos=normal", "launch.worker_gpus=1",
-           "launch.array_parallelism=3", "launch.workers=8", "launch.worker_time_min=90",
+           "launch.array_parallelism=3", "launch.workers=8", "launch.timing.worker_time_min=90",
            "launch.extra_sbatch=[--constraint=a100,'#SBATCH --exclusive']",
            "launch.setup=[module load cuda]", "launch.worker_mem_gb=16"]
 

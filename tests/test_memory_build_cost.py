@@ -25,7 +25,7 @@ bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not
 
 def test_drawing_the_policy_samples_records_its_seconds_and_a_cached_draw_does_not_rewrite_them(task, tmp_path,  # noqa: F811
                                                                                                 monkeypatch):
-    from wmrl.sft.data import policy_samples, policy_samples_cost
+    from wmrl.world_model_data.examples import policy_samples, policy_samples_cost
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     drawn = itertools.count()
@@ -48,8 +48,8 @@ def test_the_memorys_own_executions_are_counted_with_their_recorded_seconds(tmp_
 
     from wmrl.config import load_config
     from wmrl.configs import TINY_CONFIG
-    from wmrl.sft.data import memory_examples, world_model_sft_variants
-    from wmrl.world_model.variants import POLICY_SAMPLE, SolutionVariant, cache_dir
+    from wmrl.world_model_data.examples import memory_examples, world_model_sft_variants
+    from wmrl.world_model_data.variants import POLICY_SAMPLE, SolutionVariant, cache_dir
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     task = task_with_references(tmp_path, 4)  # noqa: F811

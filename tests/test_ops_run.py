@@ -84,7 +84,7 @@ def test_tracking_server_down_at_start_costs_the_run_nothing(tmp_path):
 
 
 def test_killed_coordinator_shows_dead_its_workers_exit_and_a_relaunch_logs_each_step_once(tmp_path):
-    run = make_run(dry_config(tmp_path, "killed", 6, "launch.idle_timeout_s=600"))
+    run = make_run(dry_config(tmp_path, "killed", 6, "launch.timing.idle_timeout_s=600"))
     proc = spawn_coordinator(run)
     wait_until("step 2", lambda: progress_step(run) >= 2, 180)
     proc.send_signal(signal.SIGKILL)
@@ -111,7 +111,7 @@ def _corrupt_checkpoint(run) -> None:
 
 
 def test_restart_from_step_zero_when_no_checkpoint_verifies_is_loud(tmp_path):
-    run = make_run(dry_config(tmp_path, "loud", 2, "launch.idle_timeout_s=600"))
+    run = make_run(dry_config(tmp_path, "loud", 2, "launch.timing.idle_timeout_s=600"))
     _corrupt_checkpoint(run)
     out = subprocess.run([sys.executable, "-c", ("import sys; from wmrl.orchestration.coordinator import "
                           "Coordinator; Coordinator(sys.argv[1])()"), str(run.path)], capture_output=True,

@@ -43,7 +43,7 @@ def _all_jobs_gone(run) -> bool:
 
 def test_failed_coordinator_is_shown_dead_with_its_error_and_its_workers_leave(tmp_path):
     cfg = dry_config(tmp_path, "failed", 3, "launch.executor=slurm", "launch.restart_without_checkpoint=false",
-                     "launch.idle_timeout_s=600")
+                     "launch.timing.idle_timeout_s=600")
     run = make_run(cfg)
     bad = run.path / "checkpoints" / "step-00000002"
     bad.mkdir(parents=True)
@@ -61,7 +61,7 @@ def test_failed_coordinator_is_shown_dead_with_its_error_and_its_workers_leave(t
 
 
 def test_relaunch_adopts_the_live_worker_array_and_tracking_down_costs_nothing(tmp_path):
-    cfg = dry_config(tmp_path, "adopt", 6, "launch.executor=slurm", "launch.idle_timeout_s=600",
+    cfg = dry_config(tmp_path, "adopt", 6, "launch.executor=slurm", "launch.timing.idle_timeout_s=600",
                      f"tracking.uri=http://127.0.0.1:{free_port()}")
     run = make_run(cfg)
     coordinator, workers = submit_run(cfg, run)

@@ -52,10 +52,11 @@ def test_ended_marker_keeps_the_first_reason(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        (["launch.heartbeat_s=70"], "launch.heartbeat_s=70.0 must be at most half of launch.lease_s"),
-        (["launch.lock_heartbeat_s=100"], "launch.lock_heartbeat_s"),
-        (["launch.poll_min_s=2"], "launch.poll_min_s=2.0 exceeds launch.poll_max_s"),
-        (["launch.lease_s=0"], "launch.lease_s=0.0 is out of range"),
+        (["launch.timing.heartbeat_s=70"],
+         "launch.timing.heartbeat_s=70.0 must be at most half of launch.timing.lease_s"),
+        (["launch.timing.lock_heartbeat_s=100"], "launch.timing.lock_heartbeat_s"),
+        (["launch.timing.poll_min_s=2"], "launch.timing.poll_min_s=2.0 exceeds launch.timing.poll_max_s"),
+        (["launch.timing.lease_s=0"], "launch.timing.lease_s=0.0 is out of range"),
         (["launch.max_attempts=0"], "launch.max_attempts=0 is out of range"),
     ],
 )
@@ -79,3 +80,25 @@ def test_reopen_moves_the_ended_marker_to_the_logs(tmp_path: Path) -> None:
     assert not run.is_ended()
     (history,) = run.logs.glob("ended-*.json")
     assert read_json(history)["reason"] == "cancelled by user"
+
+
+def test_a_run_made_before_the_launch_timings_moved_still_relaunches(tmp_path: Path) -> None:
+    """Its stored config has ``launch.lease_s`` where this version writes ``launch.timing.lease_s``."""
+    import warnings
+
+    import yaml
+
+    from wmrl.cli.launch import _as_written_now
+
+    now = to_yaml(load_config(None, ["run_name=r1"]))
+    old = yaml.safe_load(now)
+    old["launch"].update(old["launch"].pop("timing"))  # the layout of rounds <= 14
+    run = create_run_dir(tmp_path / "r1", yaml.safe_dump(old, sort_keys=False))
+    assert config_mismatch(run, now) is not None  # the stored text differs...
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert config_mismatch(run, now, _as_written_now) is None  # ...but it is the same config
+        create_run_dir(tmp_path / "r1", now, normalise=_as_written_now)
+    assert any("launch.timing.lease_s" in str(w.message) for w in seen)
+    changed = to_yaml(load_config(None, ["run_name=r1", "algorithm.w_max=3.0"]))
+    assert "algorithm.w_max: 4.0 in the run, 3.0 now" in config_mismatch(run, changed, _as_written_now)

@@ -25,7 +25,7 @@ from wmrl.orchestration.spool import Spool
 from wmrl.orchestration.worker import Worker, default_worker_id
 
 PYTHON_WORK = "wmrl.orchestration.work:python_work"
-FAST = {"lease_s": 1.5, "heartbeat_s": 0.2, "poll_min_s": 0.02, "poll_max_s": 0.2}
+FAST = {"timing.lease_s": 1.5, "timing.heartbeat_s": 0.2, "timing.poll_min_s": 0.02, "timing.poll_max_s": 0.2}
 
 
 def make_run(tmp_path: Path, **launch: object) -> tuple[RunDir, LaunchConfig]:

@@ -11,8 +11,8 @@ import pytest
 from wmrl.sandbox.disk import DiskWatch, deleted_but_held, tree_usage
 from wmrl.sandbox.memory import tmpfs_mounts
 from wmrl.world_model.prompts import CHECK_NAMES
-from wmrl.world_model.targets import failing_check
-from wmrl.world_model.variants import Outcome
+from wmrl.world_model_data.targets import failing_check
+from wmrl.world_model_data.variants import Outcome
 
 MB = 1 << 20
 

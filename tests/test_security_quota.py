@@ -204,10 +204,11 @@ def test_a_worker_publishes_the_quota_status_and_goes_on_with_the_next_request(
     cfg = load_config(None, [
         "run_name=quota", f"tasks.root={world.root / 'tasks'}", f"sandbox.scratch_dir={scratch}",
         f"sandbox.disk_quota_mb={QUOTA_MB}", "sandbox.timeout_s=60", "sandbox.memory_mb=1024",
-        "launch.lease_s=30", "launch.heartbeat_s=0.2", "launch.poll_min_s=0.02", "launch.poll_max_s=0.2",
+        "launch.timing.lease_s=30", "launch.timing.heartbeat_s=0.2", "launch.timing.poll_min_s=0.02",
+        "launch.timing.poll_max_s=0.2",
     ])  # fmt: skip
     run = create_run_dir(world.root / "run", to_yaml(cfg))
-    spool = Spool(run, cfg.launch.max_attempts, cfg.launch.tmp_max_age_s)
+    spool = Spool(run, cfg.launch.max_attempts, cfg.launch.timing.tmp_max_age_s)
     requests = [
         ExecutionRequest.create(run.run_id, 1, "tiny", 0, i, code, timeout_s=60)
         for i, code in enumerate([MANY_FILES, HONEST])

@@ -29,15 +29,15 @@ from wmrl.sft.data import (
 from wmrl.tasks.layouts import load_task
 from wmrl.tasks.testing import make_wmrl_task
 from wmrl.world_model.prompts import CHECK_NAMES, WorldModelContext
-from wmrl.world_model.targets import failing_check
-from wmrl.world_model.variants import (
+from wmrl.world_model.verdict import parse_verdict
+from wmrl.world_model_data.targets import failing_check
+from wmrl.world_model_data.variants import (
     AGENT_MISTAKES,
     MUTATIONS,
     POLICY_SAMPLE,
     make_variants,
     real_outcomes,
 )
-from wmrl.world_model.verdict import parse_verdict
 
 bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (CI installs it)")
 
@@ -152,7 +152,7 @@ def test_world_model_targets_come_from_real_executions_and_are_cached(task, tmp_
     def no_run(*args, **kwargs):
         raise AssertionError("a cached variant was executed again")
 
-    monkeypatch.setattr("wmrl.execution.execute_and_grade", no_run)
+    monkeypatch.setattr("wmrl.world_model_data.variants.execute_and_grade", no_run)
     again = real_outcomes(variants, {task.task_id: task}, backend, limits, runtime, tmp_path / "work")
     assert {k: o.to_dict() for k, o in again.items()} == {k: o.to_dict() for k, o in outcomes.items()}
     # Another library version in the sandbox (an upgraded pandas moves traceback lines): not reused.
@@ -183,7 +183,7 @@ def test_held_out_variants_and_too_long_examples_are_left_out(task):
     variants = make_variants([task], per_task=1, heldout_fraction=0.0)
     from dataclasses import replace
 
-    from wmrl.world_model.variants import Outcome
+    from wmrl.world_model_data.variants import Outcome
 
     held = [replace(v, heldout=True) for v in variants]
     ok = {v.key: Outcome("ok", True, 0.6, None, None, "", "", 0.0, "leaderboard") for v in variants}
@@ -202,7 +202,7 @@ def test_held_out_variants_and_too_long_examples_are_left_out(task):
 
 def test_world_model_sft_leaves_out_what_the_pre_check_settles(task):
     from wmrl.sandbox.probe import SandboxRuntime
-    from wmrl.sft.data import left_to_the_world_model
+    from wmrl.world_model_data.examples import left_to_the_world_model
 
     probed = SandboxRuntime("3.11", (), frozenset({"os", "warnings", "numpy", "pandas", "sklearn"}), "probe:test")
     variants = make_variants([task], per_task=1, heldout_fraction=0.0)
@@ -214,8 +214,8 @@ def test_world_model_sft_leaves_out_what_the_pre_check_settles(task):
 def test_sft_executes_no_held_out_variant(task):
     """The held-out variants are the world model evaluation's: `wmrl sft` neither trains on them nor
     runs them."""
-    from wmrl.sft.data import world_model_sft_variants
     from wmrl.world_model.config import WorldModelConfig
+    from wmrl.world_model_data.examples import world_model_sft_variants
 
     everything = make_variants([task], per_task=1, heldout_fraction=0.0)
     assert world_model_sft_variants([task], WorldModelConfig(precheck=False, heldout_fraction=0.0, sft_variants_per_task=1),
@@ -227,10 +227,10 @@ def test_sft_executes_no_held_out_variant(task):
 def test_all_references_add_every_trainable_leaderboard_solution_once_with_its_real_score(tmp_path):
     """world_model.sft_all_references: every reference of the training tasks that is not held out, unmodified,
     scored by its leaderboard run (nothing executed); the held-out ones (the evaluation's) never."""
-    from wmrl.sft.data import world_model_sft_variants
     from wmrl.world_model.config import WorldModelConfig
-    from wmrl.world_model.variants import REFERENCE as UNMODIFIED
-    from wmrl.world_model.variants import reference_variant
+    from wmrl.world_model_data.examples import world_model_sft_variants
+    from wmrl.world_model_data.variants import REFERENCE as UNMODIFIED
+    from wmrl.world_model_data.variants import reference_variant
 
     task = task_with_references(tmp_path, 8)
 
@@ -254,7 +254,7 @@ def test_all_references_add_every_trainable_leaderboard_solution_once_with_its_r
 def test_the_agents_foreign_target_mistake_really_writes_an_invalid_submission(task, tmp_path, monkeypatch):
     """The mistake mined from the rollout records that the pre-check cannot settle: the submission names
     another task's target column. Only running it tells, and it fails the way the agent's did."""
-    from wmrl.sft.data import left_to_the_world_model
+    from wmrl.world_model_data.examples import left_to_the_world_model
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     (variant,) = [v for v in make_variants([task], per_task=1, heldout_fraction=0.0, kinds=AGENT_MISTAKES)
@@ -268,7 +268,7 @@ def test_the_agents_foreign_target_mistake_really_writes_an_invalid_submission(t
 
 
 def test_policy_samples_are_the_policys_first_replies_drawn_once_per_build(task, tmp_path, monkeypatch):
-    from wmrl.sft.data import policy_samples
+    from wmrl.world_model_data.examples import policy_samples
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
     replies = ["I fit a tree.\n```python\nprint(1)\n```", "no code at all", "A tree.\n```python\nprint(2)\n```"]

@@ -103,7 +103,7 @@ def test_scancel_of_an_array_task_mid_execution_hands_its_request_to_another_wor
 
 
 def test_frozen_array_task_loses_its_lease_and_its_request_runs_elsewhere_once(tmp_path):
-    cfg = dry_config(tmp_path, "lost", 1, "launch.workers=4", "launch.lease_s=5")
+    cfg = dry_config(tmp_path, "lost", 1, "launch.workers=4", "launch.timing.lease_s=5")
     run = make_run(cfg)
     array = submit_workers(cfg, run)
     try:
@@ -130,8 +130,8 @@ def test_frozen_array_task_loses_its_lease_and_its_request_runs_elsewhere_once(t
 
 
 def _coordinator_run(tmp_path, name: str, steps: int):
-    cfg = dry_config(tmp_path, name, steps, "launch.executor=slurm", "launch.coordinator_time_min=10",
-                     "launch.worker_time_min=10", "launch.checkpoint_margin_s=60")
+    cfg = dry_config(tmp_path, name, steps, "launch.executor=slurm", "launch.timing.coordinator_time_min=10",
+                     "launch.timing.worker_time_min=10", "launch.timing.checkpoint_margin_s=60")
     return cfg, make_run(cfg)
 
 

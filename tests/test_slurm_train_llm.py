@@ -15,8 +15,8 @@ from train_support import (
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(1800)]
-SLURM = ["launch.executor=slurm", "launch.coordinator_time_min=15", "launch.worker_time_min=15",
-         "launch.checkpoint_margin_s=60"]
+SLURM = ["launch.executor=slurm", "launch.timing.coordinator_time_min=15", "launch.timing.worker_time_min=15",
+         "launch.timing.checkpoint_margin_s=60"]
 
 
 def test_llm_coordinator_requeued_with_scontrol_resumes_with_identical_tokens_and_weights(

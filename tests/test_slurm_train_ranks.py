@@ -22,8 +22,8 @@ from train_support import (
 from wmrl.learner.export import find_checkpoint
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(1800)]
-TWO_RANKS = ["launch.executor=slurm", "launch.coordinator_time_min=15", "launch.worker_time_min=15",
-             "launch.checkpoint_margin_s=60", "launch.coordinator_tasks_per_node=2", "launch.coordinator_cpus=1",
+TWO_RANKS = ["launch.executor=slurm", "launch.timing.coordinator_time_min=15", "launch.timing.worker_time_min=15",
+             "launch.timing.checkpoint_margin_s=60", "launch.coordinator_tasks_per_node=2", "launch.coordinator_cpus=1",
              "learner.zero_stage=3", "learner.zero3_persistence_threshold=0"]
 
 

@@ -11,12 +11,13 @@ import pytest
 from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config
+from wmrl.loop import calibrator_for, world_model_scores
 from wmrl.orchestration.config import LaunchConfig
 from wmrl.orchestration.executed import ExecutedEnvironment
 from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.rollout import Feedback
 from wmrl.simulate.simulator import simulated_parts
-from wmrl.step import StepResult, anchor_pairs, calibrator_for, wmrl_step, world_model_scores
+from wmrl.step import StepResult, anchor_pairs, wmrl_step
 
 # 8 groups of 4, 2 anchor groups (8 pairs) per step: f_hat is first fit at step 0, then every other step.
 SMALL = ["algorithm.groups_per_step=8", "algorithm.group_size=4", "algorithm.anchor_frac=0.25",

@@ -2,7 +2,8 @@
 
 *core*: the rollout records, the algorithm (with its own ``AlgorithmConfig``), the step, calibration,
 evaluation, scores and the small utilities they stand on (numpy/scipy/scikit-learn at most: no
-OmegaConf, no torch). *parts*: agent, world model, learner, generation, models, sft, sandbox, grading,
+OmegaConf, no torch). *parts*: agent, the world model (the environment; apart from it, the data it is
+trained and evaluated on, which it never imports), learner, generation, models, sft, sandbox, grading,
 tasks, tracking, execution, the synthetic testbed. *runs*: trainers, orchestration, sweeps, the CLI and
 the config composition at the very top (``wmrl/config.py``).
 
@@ -25,7 +26,13 @@ from test_imports import PACKAGE, cycles, import_graph, module_files
 CORE = ("wmrl.rollout", "wmrl.algorithm", "wmrl.step", "wmrl.calibration", "wmrl.evaluation",
         "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks",
         "wmrl.resources", "wmrl.loop", "wmrl.anchor_rule")
+PARTS = ("wmrl.agent", "wmrl.world_model", "wmrl.world_model_data", "wmrl.learner", "wmrl.generation",
+         "wmrl.models", "wmrl.sft", "wmrl.sandbox", "wmrl.grading", "wmrl.tasks", "wmrl.tracking",
+         "wmrl.execution", "wmrl.config_io", "wmrl.simulate")
 RUNS = ("wmrl.trainers", "wmrl.orchestration", "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
+# Rooms of one tier that one of them never imports: the world-model environment the step calls is
+# read without what builds its training and evaluation data.
+NEVER_IMPORTS = {"wmrl.world_model": ("wmrl.world_model_data",)}
 TIER_NAMES = ("core", "parts", "runs")
 
 
@@ -68,8 +75,30 @@ def test_an_upward_edge_is_named_where_there_is_one():
 
 
 def test_every_tier_prefix_names_a_module_of_the_package():
-    files = module_files()
-    assert [p for p in CORE + RUNS if p not in files] == []
+    files = module_files()  # a folder without __init__.py (wmrl/models) names its modules only
+    assert [p for p in CORE + PARTS + RUNS if not any(within(m, (p,)) for m in files)] == []
+
+
+def test_every_module_sits_in_a_named_room():
+    """A new room (package or top-level module) is placed in a tier on purpose, not by default."""
+    unplaced = [m for m in module_files() if m != "wmrl" and not within(m, CORE + PARTS + RUNS)]
+    assert not unplaced, f"modules in no tier's room (add them to CORE, PARTS or RUNS): {unplaced}"
+
+
+def forbidden_edges(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} -> {d}" for m in sorted(graph) for d in sorted(graph[m])
+            for room, banned in NEVER_IMPORTS.items() if within(m, (room,)) and within(d, banned)]
+
+
+def test_the_world_model_environment_never_imports_its_data_making():
+    edges = forbidden_edges(every_import_graph())
+    assert not edges, "imports a room must not make:\n" + "\n".join(edges)
+
+
+def test_a_forbidden_edge_is_named_where_there_is_one():
+    graph = {"wmrl.world_model.env": {"wmrl.world_model_data.variants", "wmrl.world_model.prompts"},
+             "wmrl.world_model_data.targets": {"wmrl.world_model.prompts"}}
+    assert forbidden_edges(graph) == ["wmrl.world_model.env -> wmrl.world_model_data.variants"]
 
 
 BLOCKER = textwrap.dedent("""
@@ -127,3 +156,48 @@ def test_no_code_branches_on_a_trainers_name_outside_the_registry() -> None:
             if names_trainer and names_a_string:
                 found.append(f"{module}:{node.lineno}")
     assert not found, f"branches on a trainer's name outside the registry: {found}"
+
+
+def names_wmrl(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.level) or (node.module or "").split(".")[0] == PACKAGE.name
+    return isinstance(node, ast.Import) and any(a.name.split(".")[0] == PACKAGE.name for a in node.names)
+
+
+def function_level_imports() -> tuple[list[str], int]:
+    """(``module:line`` of each import of a wmrl module inside a function, how many imports of wmrl modules
+    there are in all): the dependencies a reader cannot see at a module's top."""
+    inside: list[str] = []
+    total = 0
+    for module, path in module_files().items():
+        todo: list[tuple[ast.AST, bool]] = [(ast.parse(path.read_text(encoding="utf-8")), False)]
+        while todo:
+            node, in_function = todo.pop()
+            if names_wmrl(node):
+                total += 1
+                if in_function:
+                    inside.append(f"{module}:{node.lineno}")
+            below = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            todo.extend((child, below) for child in ast.iter_child_nodes(node))
+    return inside, total
+
+
+def test_at_most_a_tenth_of_the_imports_of_wmrl_modules_sit_inside_functions():
+    inside, total = function_level_imports()
+    assert len(inside) <= total // 10, f"{len(inside)} of {total} inside functions: {inside}"
+
+
+def test_an_import_inside_a_function_says_why():
+    """The one-line comment above it (or above the run of imports it belongs to) names the reason: a heavy
+    optional dependency kept off a path (torch, transformers, Pillow; ``wmrl --help``), or a cycle."""
+    silent = []
+    for entry in function_level_imports()[0]:
+        module, line = entry.rsplit(":", 1)
+        lines = module_files()[module].read_text(encoding="utf-8").splitlines()
+        above = int(line) - 2
+        while above >= 0 and (lines[above].lstrip().startswith(("from ", "import ", ")"))
+                              or lines[above].rstrip().endswith(",")):
+            above -= 1
+        if above < 0 or not lines[above].lstrip().startswith("#"):
+            silent.append(entry)
+    assert not silent, f"function-level imports without a reason above them: {silent}"

@@ -12,9 +12,9 @@ from test_world_model_memory import program
 
 from wmrl.rollout import content_key
 from wmrl.sft.data import spread_references
-from wmrl.world_model.contamination import NearCopies, normalised_code, split_near_copies
 from wmrl.world_model.memory import Executed
-from wmrl.world_model.variants import clean_reference, reference_variant
+from wmrl.world_model_data.contamination import NearCopies, normalised_code, split_near_copies
+from wmrl.world_model_data.variants import clean_reference, reference_variant
 
 REPO = Path(__file__).resolve().parents[1]
 WEAK = REFERENCE.replace("`tiny-parity`.", "`tiny-parity` (deliberately weak).")  # as the pool labels one

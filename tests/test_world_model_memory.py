@@ -139,8 +139,8 @@ def test_the_memory_starts_from_the_training_references_and_their_executed_varia
 
     from wmrl.config import load_config
     from wmrl.configs import TINY_CONFIG
-    from wmrl.sft.data import memory_examples
-    from wmrl.world_model.variants import (
+    from wmrl.world_model_data.examples import memory_examples
+    from wmrl.world_model_data.variants import (
         POLICY_SAMPLE,
         SolutionVariant,
         clean_reference,

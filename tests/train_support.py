@@ -29,9 +29,9 @@ def micro_overrides(root: Path, model: Path, name: str, steps: int = 2) -> list[
         "world_model.memory=true", "world_model.sft_variants_per_task=1", "world_model.memory_policy_samples=2",
         "learner.lr=1e-3", "learner.micro_batch_size=2", "learner.kl_coef=0.04",
         f"train.steps={steps}", "train.eval_k=1", "train.eval_tasks=1", "train.eval_split=train",
-        "sandbox.timeout_s=30", "launch.workers=1", "launch.lease_s=10", "launch.heartbeat_s=1",
-        "launch.lock_stale_s=6", "launch.lock_heartbeat_s=2", "launch.idle_timeout_s=60",
-        "launch.checkpoint_every_s=0.001",  # a coordinator checkpoint after every step: a kill resumes at 1
+        "sandbox.timeout_s=30", "launch.workers=1", "launch.timing.lease_s=10", "launch.timing.heartbeat_s=1",
+        "launch.timing.lock_stale_s=6", "launch.timing.lock_heartbeat_s=2", "launch.timing.idle_timeout_s=60",
+        "launch.timing.checkpoint_every_s=0.001",  # a coordinator checkpoint after every step: a kill resumes at 1
     ]
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from wmrl.anchor_rule import ANCHOR_RULES, FLAT_RESPONSES, fixed_groups
-from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.config_checks import ConfigError, Section, choice, in_range
 
 
 @dataclass(frozen=True)
@@ -66,42 +67,36 @@ def get_variant(name: str) -> Variant:
 
 
 @dataclass
-class AlgorithmConfig:
+class AlgorithmConfig(Section):
     """WMRL and its ablations (paper §3, constants from Appendix D)."""
 
-    variant: str = "wmrl"
+    KEY: ClassVar[str] = "algorithm"
+    variant: str = field(default="wmrl", metadata=choice(VARIANTS))
     # Fraction of the m groups per step that are anchor groups (really executed).
-    anchor_frac: float = 0.1
+    anchor_frac: float = field(default=0.1, metadata=in_range(0.0, 1.0, low_open=True))
     # At least this many anchor groups every step (Appendix D: "at least one group").
-    min_anchor_groups: int = 1
+    min_anchor_groups: int = field(default=1, metadata=in_range(0))
     # How many anchor groups each step: fixed (round(anchor_frac * m), the paper) or adaptive (from the
     # calibration's state, between min_anchor_groups and m; wmrl/anchor_rule.py, docs/calibration.md).
-    anchor_rule: str = "fixed"
+    anchor_rule: str = field(default="fixed", metadata=choice(ANCHOR_RULES))
     # Once the audit's flat_top check warns (the world model cannot rank the top scores): warn only;
     # shift (rho = w_max: the anchor stream weighs most); anchors_only (the step turns grpo_anchor_only).
-    on_flat_world_model: str = "warn"
+    on_flat_world_model: str = field(default="warn", metadata=choice(FLAT_RESPONSES))
     # Debiaser is the identity until this many pairs; first fit happens here.
-    min_pairs: int = 200
+    min_pairs: int = field(default=200, metadata=in_range(1))
     # Refit after every this many new pairs.
-    refit_every: int = 64
-    # eta^2 is measured on the most recent this-many anchor pairs (Appendix D, "recent window").
-    eta_window: int = 128
+    refit_every: int = field(default=64, metadata=in_range(1))
+    # eta^2 is measured on the most recent this-many anchor pairs (Appendix D, "recent window"; it needs
+    # two residuals at least).
+    eta_window: int = field(default=128, metadata=in_range(2))
     # Anchor weight rho is clipped to [1, w_max].
-    w_max: float = 4.0
-    groups_per_step: int = 8  # m
-    group_size: int = 8  # n
+    w_max: float = field(default=4.0, metadata=in_range(1.0))
+    groups_per_step: int = field(default=8, metadata=in_range(1))  # m
+    # n; GRPO needs two trajectories per group at least for a non-trivial advantage
+    group_size: int = field(default=8, metadata=in_range(2))
     seed: int = 0
 
-    def validate(self, prefix: str = "algorithm") -> None:
-        check_choice(f"{prefix}.variant", self.variant, VARIANTS)
-        check_range(f"{prefix}.anchor_frac", self.anchor_frac, 0.0, 1.0, low_open=True)
-        check_choice(f"{prefix}.anchor_rule", self.anchor_rule, ANCHOR_RULES)
-        check_choice(f"{prefix}.on_flat_world_model", self.on_flat_world_model, FLAT_RESPONSES)
-        # The lowest value of each key; GRPO needs at least two trajectories per group for a non-trivial
-        # advantage, eta^2 two residuals, rho is clipped to [1, w_max].
-        for key, low in (("min_anchor_groups", 0), ("min_pairs", 1), ("refit_every", 1), ("eta_window", 2),
-                         ("w_max", 1.0), ("groups_per_step", 1), ("group_size", 2)):
-            check_range(f"{prefix}.{key}", getattr(self, key), low)
+    def check_together(self, prefix: str) -> None:
         if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1:
             raise ConfigError(
                 f"{prefix}.min_anchor_groups={self.min_anchor_groups} is not allowed with "

@@ -5,14 +5,15 @@ a YAML file overrides some of them, and ``key=value`` command-line overrides com
 
     cfg = load_config("configs/simulate.yaml", ["algorithm.anchor_frac=0.2", "algorithm.w_max=2"])
 
-Every section owns its ``validate(prefix)``; anything wrong raises :class:`ConfigError` naming the
-full key, the offending value and what is allowed.
+Every section declares its fields' checks (``wmrl/config_checks.py``) and writes only those across
+fields; anything wrong raises :class:`ConfigError` naming the full key, the offending value and what is
+allowed. A key that moved (``MOVED_KEYS``) still loads, into its new place, with a FutureWarning.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from wmrl.agent.config import AgentConfig
 from wmrl.algorithm import ANCHORED_VARIANTS, VARIANTS, AlgorithmConfig  # noqa: F401  (re-exported)
-from wmrl.config_checks import ConfigError, check_choice
+from wmrl.config_checks import ConfigError, Section, checked_by, choice
 from wmrl.config_io import to_flat_dict, to_yaml  # noqa: F401  (re-exported)
 from wmrl.generation.config import GenerationConfig, SamplingConfig
 from wmrl.learner.config import LearnerConfig
@@ -46,13 +47,18 @@ SECTIONS = (
 )
 
 
+def _check_run_name(key: str, name: str) -> None:
+    if not name or "/" in name:
+        raise ConfigError(f"{key}={name!r} must be a non-empty name without '/'")
+
+
 @dataclass
-class WMRLConfig:
+class WMRLConfig(Section):
     # Human-readable run name; the run directory is <runs_root>/<run_name>.
-    run_name: str = "wmrl-default"
+    run_name: str = field(default="wmrl-default", metadata=checked_by(_check_run_name))
     runs_root: str = "runs"
-    # What the coordinator trains (wmrl/trainers/__init__.py lists them).
-    trainer: str = "anchored_sim"
+    # What the coordinator trains (wmrl/orchestration/registry.py lists them).
+    trainer: str = field(default="anchored_sim", metadata=choice(TRAINERS))
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
@@ -68,12 +74,7 @@ class WMRLConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
-    def validate(self) -> None:
-        if not self.run_name or "/" in self.run_name:
-            raise ConfigError(f"run_name={self.run_name!r} must be a non-empty name without '/'")
-        check_choice("trainer", self.trainer, tuple(TRAINERS))
-        for name in SECTIONS:
-            getattr(self, name).validate(name)
+    def check_together(self, prefix: str) -> None:
         self.simulator.check_schedule(self.train.steps)
         if self.launch.executor == "slurm":  # what a worker array task asks Slurm for must hold its executions
             self.launch.check_worker_fit(self.sandbox.memory_mb, self.sandbox.threads)
@@ -114,23 +115,45 @@ def _check_shape(layer: Any, schema: Any, where: str) -> None:
                 f"{key}.{min(node.keys())}=..., allowed: {', '.join(sorted(node.keys()))}")
 
 
-def _move_run_length(layer: Any, where: str) -> None:
-    """``simulator.steps`` (rounds 1-8) is ``train.steps`` now, for every trainer: an old config file, a
-    saved run's config.yaml or an old sweep's overrides still load, with the key moved and a warning.
+@dataclass(frozen=True)
+class MovedKey:
+    """A key that moved: an old config file, a saved run's config.yaml or an old sweep's overrides still
+    load, the value moved to ``new`` with a FutureWarning that names it."""
 
-    A saved config carried both keys; its trainer's own one was the run's length (``train.steps`` for
-    the LLM trainer, ``simulator.steps`` for the testbed trainers).
-    """
-    sim = layer.get("simulator") if OmegaConf.is_dict(layer) else None
-    if not OmegaConf.is_dict(sim) or "steps" not in sim:
-        return
-    steps = sim.pop("steps")
-    train = layer.get("train")
-    if OmegaConf.is_dict(train) and "steps" in train and layer.get("trainer") == "llm":
-        return
-    OmegaConf.update(layer, "train.steps", steps, force_add=True)
-    warnings.warn(f"{where}: simulator.steps is train.steps now (the run's length for every trainer); "
-                  f"read as train.steps={steps}", FutureWarning, stacklevel=3)
+    old: str
+    new: str
+    why: str  # said in the warning, after "OLD is NEW now"
+    # Where one layer sets both keys: True when its old key meant nothing there (it is dropped unsaid);
+    # otherwise the old key's value is the one the layer meant, and it wins.
+    old_meant_nothing: Callable[[Any], bool] = lambda layer: False
+
+
+LAUNCH_TIMINGS = ("lease_s", "heartbeat_s", "idle_timeout_s", "poll_min_s", "poll_max_s", "lock_heartbeat_s",
+                  "lock_stale_s", "tmp_max_age_s", "coordinator_time_min", "worker_time_min", "signal_delay_s",
+                  "checkpoint_margin_s", "checkpoint_every_s")
+MOVED_KEYS: tuple[MovedKey, ...] = (
+    # Rounds 1-8. A saved config then carried both keys; its trainer's own one was the run's length
+    # (train.steps for the LLM trainer, simulator.steps for the testbed trainers).
+    MovedKey("simulator.steps", "train.steps", "the run's length for every trainer",
+             old_meant_nothing=lambda layer: layer.get("trainer") == "llm"),
+    *(MovedKey(f"launch.{name}", f"launch.timing.{name}", "every duration of a launch is in launch.timing")
+      for name in LAUNCH_TIMINGS),
+)
+
+
+def _move_keys(layer: Any, where: str) -> None:
+    """Move every old key of ``MOVED_KEYS`` that ``layer`` (a file's or the overrides') sets to its new place."""
+    for moved in MOVED_KEYS:
+        parent_key, _, name = moved.old.rpartition(".")
+        parent = OmegaConf.select(layer, parent_key) if OmegaConf.is_dict(layer) else None
+        if not OmegaConf.is_dict(parent) or name not in parent:
+            continue
+        value = parent.pop(name)
+        if OmegaConf.select(layer, moved.new) is not None and moved.old_meant_nothing(layer):
+            continue
+        OmegaConf.update(layer, moved.new, value, force_add=True)
+        warnings.warn(f"{where}: {moved.old} is {moved.new} now ({moved.why}); read as {moved.new}={value}",
+                      FutureWarning, stacklevel=3)
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> WMRLConfig:
@@ -146,14 +169,14 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         except Exception as err:  # yaml.YAMLError and friends
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
         _check_shape(layers[-1], schema, str(path))
-        _move_run_length(layers[-1], str(path))
+        _move_keys(layers[-1], str(path))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ConfigError(f"overrides must look like key=value, got: {' '.join(bad)}")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         _check_shape(layers[-1], schema, "command-line override")
-        _move_run_length(layers[-1], "command-line override")
+        _move_keys(layers[-1], "command-line override")
         merged = OmegaConf.merge(*layers)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:

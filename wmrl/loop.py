@@ -23,7 +23,30 @@ from wmrl.calibration.audit import AuditReport
 from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME, Calibrator, read_audit
 from wmrl.calibration.pool import LOG_NAME
 from wmrl.rollout import Environment, Learner, Policy
-from wmrl.step import StepResult, calibrator_for, wmrl_step, world_model_scores
+from wmrl.step import StepResult, wmrl_step
+
+
+def calibrator_for(
+    variant: Variant, alg: AlgorithmConfig, directory: Path | None = None, *, resume: bool = False,
+    durable: bool = True,
+) -> Calibrator | None:
+    """The one place that decides which variant calibrates and how (Eq. 4 debias, Eq. 5 denoise).
+
+    Variants that train on world-model groups *and* draw anchors get a Calibrator with their flags;
+    ``grpo_real``/``grpo_anchor_only`` (nothing to calibrate) and ``pure_wm`` (no anchors) get none.
+    ``resume``: reload the state in ``directory`` when there is one; ``durable=False``: no fsync per
+    step of the pool's log (a run nobody resumes, see :class:`~wmrl.calibration.pool.AnchorPool`).
+    """
+    if not (variant.trains_on_wm and variant.needs_anchors):
+        return None
+    if directory is not None and resume and (Path(directory) / STATE_NAME).exists():
+        return Calibrator.load(alg, Path(directory))
+    return Calibrator(alg, directory, debias=variant.debias, denoise=variant.denoise, durable=durable)
+
+
+def world_model_scores(variant: Variant) -> bool:
+    """Whether the world model is called at all: only variants that train on its scores pay for it."""
+    return variant.trains_on_wm
 
 
 def clear_calibration(directory: Path) -> None:

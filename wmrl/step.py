@@ -29,7 +29,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +40,7 @@ from wmrl.algorithm import (
     group_weights,
     training_scores,
 )
-from wmrl.calibration.calibrator import STATE_NAME, Calibrator
+from wmrl.calibration.calibrator import Calibrator
 from wmrl.calibration.pool import AnchorPair
 from wmrl.rollout import (
     Environment,
@@ -54,32 +53,6 @@ from wmrl.rollout import (
 )
 
 PHASES = ("generation", "world_model", "execution", "update")  # measured seconds; tokens in the first two
-
-
-# --------------------------------------------------------------------------- variant -> components
-
-
-def calibrator_for(
-    variant: Variant, alg: AlgorithmConfig, directory: Path | None = None, *, resume: bool = False,
-    durable: bool = True,
-) -> Calibrator | None:
-    """The one place that decides which variant calibrates and how (Eq. 4 debias, Eq. 5 denoise).
-
-    Variants that train on world-model groups *and* draw anchors get a Calibrator with their flags;
-    ``grpo_real``/``grpo_anchor_only`` (nothing to calibrate) and ``pure_wm`` (no anchors) get none.
-    ``resume``: reload the state in ``directory`` when there is one; ``durable=False``: no fsync per
-    step of the pool's log (a run nobody resumes, see :class:`~wmrl.calibration.pool.AnchorPool`).
-    """
-    if not (variant.trains_on_wm and variant.needs_anchors):
-        return None
-    if directory is not None and resume and (Path(directory) / STATE_NAME).exists():
-        return Calibrator.load(alg, Path(directory))
-    return Calibrator(alg, directory, debias=variant.debias, denoise=variant.denoise, durable=durable)
-
-
-def world_model_scores(variant: Variant) -> bool:
-    """Whether the world model is called at all: only variants that train on its scores pay for it."""
-    return variant.trains_on_wm
 
 
 # --------------------------------------------------------------------------- what a step returns
@@ -141,16 +114,8 @@ def wmrl_step(
     None: round(anchor_frac * m)); ``rho``: the anchor weight instead of the calibrator's (the
     ``on_flat_world_model: shift`` response).
     """
-    # ``alg`` was validated once, at load or by the trainer, for its own variant (the loop shell passes
-    # variant = get_variant(alg.variant)). Another variant here would escape that check (min_anchor_groups
-    # >= 1 when it draws anchors, paper §3.3): a ConfigError naming the key, before anything runs.
-    if variant.name != alg.variant:
-        replace(alg, variant=variant.name).validate()
+    _check_arguments(variant, alg, executed_env, world_model_env)
     n = alg.group_size
-    if variant.trains_on_wm and world_model_env is None:
-        raise ValueError(f"variant {variant.name!r} trains on world-model groups but no world model was given")
-    if variant.needs_anchors and executed_env is None:
-        raise ValueError(f"variant {variant.name!r} executes anchor groups but no executed environment was given")
     # 1. roles: which of the m groups are anchor groups G_E (really executed), the rest G_WM
     executed = executed_groups(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng, n_anchor)
     if not variant.trains_on_wm:
@@ -210,6 +175,21 @@ def wmrl_step(
         tokens={p: int(sum(t.tokens.get(p, 0) for t in flat)) for p in PHASES},
         learner=learner_metrics,
     )
+
+
+def _check_arguments(
+    variant: Variant, alg: AlgorithmConfig, executed_env: Environment | None, world_model_env: Environment | None
+) -> None:
+    """Refuse a step that cannot run as asked, before anything is drawn or rolled out."""
+    # ``alg`` was validated once, at load or by the trainer, for its own variant (the loop shell passes
+    # variant = get_variant(alg.variant)). Another variant here would escape that check (min_anchor_groups
+    # >= 1 when it draws anchors, paper §3.3): a ConfigError naming the key, before anything runs.
+    if variant.name != alg.variant:
+        replace(alg, variant=variant.name).validate()
+    if variant.trains_on_wm and world_model_env is None:
+        raise ValueError(f"variant {variant.name!r} trains on world-model groups but no world model was given")
+    if variant.needs_anchors and executed_env is None:
+        raise ValueError(f"variant {variant.name!r} executes anchor groups but no executed environment was given")
 
 
 def _feedbacks(t: Trajectory) -> list[Feedback]:

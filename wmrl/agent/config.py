@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from wmrl.agent.prompts import PROMPT_STYLES
-from wmrl.config_checks import check_choice, check_range
+from wmrl.config_checks import Section, choice, in_range
 
 KEEP_RULES = ("best", "last")
 
 
 @dataclass
-class AgentConfig:
+class AgentConfig(Section):
+    KEY: ClassVar[str] = "agent"
     # "full": the seven segments of Appendix E; "short": the same seven in a few lines (tiny models).
-    prompt_style: str = "full"
-    max_turns: int = 4  # Appendix D: up to four interaction turns per trajectory
-    observation_tokens: int = 1024  # Appendix D: observations truncated to 1024 tokens
+    prompt_style: str = field(default="full", metadata=choice(PROMPT_STYLES))
+    # Appendix D: up to four interaction turns per trajectory
+    max_turns: int = field(default=4, metadata=in_range(1))
+    # Appendix D: observations truncated to 1024 tokens
+    observation_tokens: int = field(default=1024, metadata=in_range(16))
     # The trajectory's score: "best" = its best valid submission over the turns (what the prompt promises),
     # "last" = its last turn's.
-    keep: str = "best"
+    keep: str = field(default="best", metadata=choice(KEEP_RULES))
     # Stop a trajectory before a turn whose prompt + new tokens would pass this; 0 = the tokenizer's
     # model_max_length.
-    max_context_tokens: int = 0
-
-    def validate(self, prefix: str = "agent") -> None:
-        check_choice(f"{prefix}.prompt_style", self.prompt_style, PROMPT_STYLES)
-        check_range(f"{prefix}.max_turns", self.max_turns, 1)
-        check_range(f"{prefix}.observation_tokens", self.observation_tokens, 16)
-        check_choice(f"{prefix}.keep", self.keep, KEEP_RULES)
-        check_range(f"{prefix}.max_context_tokens", self.max_context_tokens, 0)
+    max_context_tokens: int = field(default=0, metadata=in_range(0))

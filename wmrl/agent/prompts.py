@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wmrl.sandbox.probe import SandboxRuntime
+from wmrl.sandbox.probe import SandboxRuntime, table_runtime
 
 PROMPT_STYLES = ("full", "short")
 SEGMENTS = ("objective", "strategy", "contract", "runtime", "format", "feedback", "rules")
@@ -116,8 +116,8 @@ def agent_messages(system: str, overview: str) -> list[dict[str, str]]:
 def tokenizer_texts() -> list[str]:
     """Texts the tiny model's tokenizer is trained on (wmrl/models/corpus.py): both prompt styles and
     the parse feedback, so the agent's fixed text costs few tokens."""
+    # markdown-it (the reply parser) off every config load's path: only the tokenizer corpus needs it
     from wmrl.agent.parse import parse_feedback, parse_reply
-    from wmrl.sandbox.probe import table_runtime
 
     ctx = PromptContext(max_turns=4, timeout_s=1200, gpus=0, runtime=table_runtime())
     replies = ("x", "```python\nprint(1)\n", "```python\na\n```\n```python\nb\n```")

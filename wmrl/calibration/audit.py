@@ -49,6 +49,7 @@ from wmrl.calibration.debias import apply_map, as_scores, cross_fitted, fit_isot
 from wmrl.calibration.stats import clustered_z, codes_of, task_effects, within_group_variance
 
 CHECKS = ("monotonicity", "stationarity", "task_bias", "coverage", "flat_top")
+NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -89,30 +90,32 @@ class AuditReport:
     n_groups: int
     n_tasks: int
     spread: float  # within-group sd of r_hat (score units): the scale effects are judged against
-    monotonicity_effect: float  # RMS the isotonic phi misses, held out (score units)
-    monotonicity_gain: float  # the same as a relative MSE reduction
-    monotonicity_z: float
-    stationarity_effect: float  # RMS by which the older phi misses the recent pairs (score units)
-    stationarity_gap: float  # the same as a relative MSE excess
-    stationarity_z: float
-    map_lag_gap: float  # the same for f_hat on all recent pairs (reported, never warned about)
-    stationarity_window: int
-    task_share: float  # share of the calibrated residual variance f_hat(r_hat) - r explained by task
-    wm_task_share: float  # share of the world model's residual r_hat - phi(r) explained by task
-    task_sd: float  # sd of the world model's per-task offsets (score units)
-    task_p: float  # F test p-value of "no per-task offset"
-    task_offsets: dict[str, float]  # named tasks: their offset r_hat - phi(r) minus the overall mean
-    high_threshold: float  # r_hat at the high_quantile of the chased scores
-    n_support_high: int  # pool pairs with r_hat >= high_threshold
-    n_groups_high: int  # ... and the groups they come from
-    high_true_frac: float  # fraction of recent anchors with r >= high_score
-    thresholds: AuditThresholds
+    # What each check measured; NaN / 0 / empty where it did not run.
+    monotonicity_effect: float = NAN  # RMS the isotonic phi misses, held out (score units)
+    monotonicity_gain: float = NAN  # the same as a relative MSE reduction
+    monotonicity_z: float = NAN
+    stationarity_effect: float = NAN  # RMS by which the older phi misses the recent pairs (score units)
+    stationarity_gap: float = NAN  # the same as a relative MSE excess
+    stationarity_z: float = NAN
+    map_lag_gap: float = NAN  # the same for f_hat on all recent pairs (reported, never warned about)
+    stationarity_window: int = 0  # the recent pairs
+    task_share: float = NAN  # share of the calibrated residual variance f_hat(r_hat) - r explained by task
+    wm_task_share: float = NAN  # share of the world model's residual r_hat - phi(r) explained by task
+    task_sd: float = NAN  # sd of the world model's per-task offsets (score units)
+    task_p: float = NAN  # F test p-value of "no per-task offset"
+    # named tasks: their offset r_hat - phi(r) minus the overall mean
+    task_offsets: dict[str, float] = field(default_factory=dict)
+    high_threshold: float = NAN  # r_hat at the high_quantile of the chased scores
+    n_support_high: int = 0  # pool pairs with r_hat >= high_threshold
+    n_groups_high: int = 0  # ... and the groups they come from
+    high_true_frac: float = NAN  # fraction of recent anchors with r >= high_score
+    thresholds: AuditThresholds = field(default_factory=AuditThresholds)
     flags: list[str] = field(default_factory=list)  # checks that flagged at this audit
     streaks: dict[str, int] = field(default_factory=dict)  # consecutive flagged audits per check
     warnings: list[str] = field(default_factory=list)  # flags that persisted
     skipped: list[str] = field(default_factory=list)  # checks not run, with the reason
-    top_rank: float = float("nan")  # Spearman of r_hat and r among the pairs with a high true score
-    top_rank_upper: float = float("nan")  # its bootstrap upper bound
+    top_rank: float = NAN  # Spearman of r_hat and r among the pairs with a high true score
+    top_rank_upper: float = NAN  # its bootstrap upper bound
     n_top: int = 0  # the pairs it was computed on
 
     @property
@@ -252,6 +255,171 @@ def top_rank(true: np.ndarray, pred: np.ndarray, groups: np.ndarray, t: AuditThr
     return corr, float(np.nanquantile(boots, 1.0 - t.top_alpha)), len(top)
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """The audited pairs (the newest ``max_pairs``, insertion order), groups and tasks as integer codes."""
+
+    pred: np.ndarray  # r_hat
+    true: np.ndarray  # r
+    groups: np.ndarray  # group codes
+    tasks: np.ndarray | None  # task codes; None: no task ids
+    task_names: np.ndarray | None  # the name of each task code
+    window: int  # the recent pairs
+    spread: float  # within-group sd of r_hat (NaN without pairs)
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.groups.max()) + 1 if len(self.groups) else 0
+
+    @property
+    def scale(self) -> float:
+        """What effects are judged against: the within-group spread of r_hat; without any (constant
+        groups), 1 score unit."""
+        return self.spread if self.spread > 0 else 1.0
+
+
+def _pool(
+    predicted: np.ndarray, true: np.ndarray, groups: Sequence[str] | None, tasks: Sequence[str] | None,
+    recent_window: int, t: AuditThresholds,
+) -> _Pool:
+    pred = as_scores("audit predicted", predicted)[-t.max_pairs :]
+    true = as_scores("audit true", true)[-t.max_pairs :]
+    if len(pred) != len(true):
+        raise ValueError(f"audit: {len(pred)} predicted but {len(true)} true scores")
+    n = len(pred)
+    for name, labels in (("groups", groups), ("tasks", tasks)):
+        if labels is not None and len(labels[-t.max_pairs :]) != n:
+            raise ValueError(f"audit: {n} pairs but {len(labels)} {name}")
+    # Integer codes from here on (np.unique on strings dominates an audit otherwise).
+    g = np.arange(n) if groups is None else codes_of(np.asarray(groups, dtype=object)[-t.max_pairs :])
+    task_names, k = (None, None) if tasks is None else np.unique(
+        np.asarray(tasks, dtype=object)[-t.max_pairs :], return_inverse=True
+    )
+    window = min(t.stationarity_window or max(recent_window, n // 4), n)
+    spread = math.sqrt(within_group_variance(pred, g)) if n else float("nan")
+    return _Pool(pred, true, g, k, task_names, window, spread)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one check found: the report's fields it measured, and the warning text when it flagged or
+    the reason when it could not judge (at most one of the two)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    flagged: str | None = None
+    skipped: str | None = None
+
+
+def check_monotonicity(pool: _Pool, t: AuditThresholds) -> Finding:
+    """(a), module doc."""
+    eff, gain, z = monotonicity(pool.true, pool.pred, pool.groups, pool.tasks, t)
+    values = {"monotonicity_effect": eff, "monotonicity_gain": gain, "monotonicity_z": z}
+    scale = pool.scale
+    if eff / scale > t.max_monotonicity_ratio and z > t.z_crit:
+        return Finding(values, flagged=(
+            "world-model bias looks non-monotone: a flexible fit of r_hat against the true score beats "
+            f"the isotonic fit by an RMS of {eff:.3f} score units ({eff / scale:.0%} of the within-group "
+            f"spread of r_hat, held-out groups, z = {z:.1f} clustered by group); Assumption 6 fails and "
+            "the debiasing correction cannot be trusted"
+        ))
+    return Finding(values)
+
+
+def check_stationarity(pool: _Pool, t: AuditThresholds) -> Finding:
+    """(b), module doc."""
+    true, pred, g, n, window = pool.true, pool.pred, pool.groups, len(pool.pred), pool.window
+    if n - window < t.min_old_pairs or window < 2 * t.folds:
+        return Finding(skipped=f"stationarity: needs {t.min_old_pairs} pairs older than the recent {window}, "
+                               f"has {n - window}")
+    eff, gap, z, scored = old_vs_recent(true, pred, g, pool.tasks, window, t, overlap=True)
+    values = {
+        "stationarity_effect": eff, "stationarity_gap": gap, "stationarity_z": z,
+        "map_lag_gap": old_vs_recent(pred, true, g, None, window, t, overlap=False)[1],
+    }
+    if math.isnan(gap):
+        return Finding(values, skipped=(
+            f"stationarity: only {scored} of the last {window} anchors have a true score inside "
+            f"the older anchors' range (need {t.min_overlap}); the policy moved too far to tell "
+            "drift from the move"
+        ))
+    if eff / pool.scale > t.max_stationarity_ratio and z > t.z_crit:
+        return Finding(values, flagged=(
+            f"world-model bias drifts: on the last {window} anchor pairs, phi fit on them predicts "
+            f"r_hat better than phi fit on older pairs by an RMS of {eff:.3f} score units "
+            f"({eff / pool.scale:.0%} of the within-group spread, z = {z:.1f} clustered by group); "
+            "the pool-wide debiasing map mixes old and new bias"
+        ))
+    return Finding(values)
+
+
+def check_task_bias(pool: _Pool, t: AuditThresholds) -> Finding:
+    """(c), module doc."""
+    true, pred, g, k = pool.true, pool.pred, pool.groups, pool.tasks
+    if k is None or pool.task_names is None:
+        return Finding(skipped="per-task bias: the pairs carry no task ids")
+    if len(pool.task_names) < 2:
+        return Finding(skipped="per-task bias: the pairs come from one task")
+    # Tested on the world model's side, r_hat - phi(r), phi fit with the task held out: f_hat(r_hat)
+    # - r also differs by task when tasks merely score differently (E[r | r_hat] shrinks each task
+    # towards the pool's mean), but phi = E[r_hat | r] does not depend on which scores a task has.
+    effects = task_effects(pred - cross_fitted(true, pred, k, t.folds), g, k)
+    calibrated = task_effects(cross_fitted(pred, true, g, t.folds) - true, g, k)
+    if effects is None or calibrated is None:
+        return Finding(skipped="per-task bias: needs a task with two groups")
+    named = _names(effects.means, effects.z, t, effects.n_tasks)
+    offsets = {str(pool.task_names[int(code)]): v for code, v in named.items()}
+    values = {"task_share": calibrated.share, "wm_task_share": effects.share, "task_sd": effects.sd,
+              "task_p": effects.p_value, "task_offsets": offsets}
+    if effects.p_value < t.max_task_p and effects.sd >= t.min_task_sd and offsets:
+        names = ", ".join(f"{name} ({v:+.2f})" for name, v in offsets.items())
+        return Finding(values, flagged=(
+            f"world-model bias differs by task: per-task offsets of sd {effects.sd:.3f} score units "
+            f"(F test p = {effects.p_value:.1e}, groups as units); task explains "
+            f"{calibrated.share:.0%} of the calibrated residual variance; tasks most off (r_hat "
+            f"above or below phi(r)): {names}; one global debiasing map cannot correct a "
+            "per-task bias"
+        ))
+    return Finding(values)
+
+
+def check_coverage(pool: _Pool, chased: np.ndarray | None, t: AuditThresholds) -> Finding:
+    """(d), module doc."""
+    pred, window = pool.pred, pool.window
+    chased_scores = pred[-window:] if chased is None or len(chased) == 0 else as_scores("chased", chased)
+    threshold = float(np.quantile(chased_scores, t.high_quantile))
+    high = pred >= threshold
+    support, support_groups = int(np.count_nonzero(high)), len(np.unique(pool.groups[high]))
+    values = {"high_threshold": threshold, "n_support_high": support, "n_groups_high": support_groups,
+              "high_true_frac": float(np.mean(pool.true[-window:] >= t.high_score))}
+    if support < t.min_support or support_groups < t.min_support_groups:
+        return Finding(values, flagged=(
+            f"anchors do not cover the high scores GRPO chases: the top {1 - t.high_quantile:.0%} of "
+            f"world-model scores (r_hat >= {threshold:.2f}) rest on only "
+            f"{support} anchor pairs from {support_groups} groups (need "
+            f"{t.min_support} from {t.min_support_groups}); the debiasing map there is an extrapolation"
+        ))
+    return Finding(values)
+
+
+def check_flat_top(pool: _Pool, t: AuditThresholds) -> Finding:
+    """(e), module doc."""
+    rank, upper, n_top = top_rank(pool.true, pool.pred, pool.groups, t)
+    values = {"top_rank": rank, "top_rank_upper": upper, "n_top": n_top}
+    if math.isnan(upper):
+        return Finding(values, skipped=(
+            f"flat_top: {n_top} anchor pairs with a high true score; needs {t.min_top_pairs} from "
+            f"{t.min_top_groups} groups, with distinct true scores"
+        ))
+    if upper < t.min_top_rank:
+        return Finding(values, flagged=(
+            f"the world model cannot rank at the top: among the {n_top} anchor pairs with a high true "
+            f"score the rank correlation of r_hat and r is {rank:.2f} (bootstrap upper bound "
+            f"{upper:.2f} < {t.min_top_rank}); its scores do not separate the best "
+            "solutions, only the anchor stream does (see algorithm.on_flat_world_model)"
+        ))
+    return Finding(values)
+
+
 def _update_streaks(report: AuditReport, previous: Mapping[str, int] | None, t: AuditThresholds) -> int:
     """Streaks per check; returns how many consecutive flags make a warning."""
     for check in CHECKS:
@@ -278,127 +446,35 @@ def audit_pool(
     persistence rule (None: a one-off audit, a flag warns at once).
     """
     t = thresholds or AuditThresholds()
-    pred = as_scores("audit predicted", predicted)[-t.max_pairs :]
-    true = as_scores("audit true", true)[-t.max_pairs :]
-    if len(pred) != len(true):
-        raise ValueError(f"audit: {len(pred)} predicted but {len(true)} true scores")
-    n = len(pred)
-    for name, labels in (("groups", groups), ("tasks", tasks)):
-        if labels is not None and len(labels[-t.max_pairs :]) != n:
-            raise ValueError(f"audit: {n} pairs but {len(labels)} {name}")
-    # Integer codes from here on (np.unique on strings dominates an audit otherwise).
-    g = np.arange(n) if groups is None else codes_of(np.asarray(groups, dtype=object)[-t.max_pairs :])
-    task_names, k = (None, None) if tasks is None else np.unique(
-        np.asarray(tasks, dtype=object)[-t.max_pairs :], return_inverse=True
-    )
-    nan = float("nan")
-    window = min(t.stationarity_window or max(recent_window, n // 4), n)
-    n_groups = int(g.max()) + 1 if n else 0
-    n_tasks = 0 if task_names is None else len(task_names)
-    spread = math.sqrt(within_group_variance(pred, g)) if n else nan
-    report = AuditReport(
-        n, n_groups, n_tasks, spread, nan, nan, nan, nan, nan, nan, nan, window, nan, nan, nan, nan, {},
-        nan, 0, 0, nan, t,
-    )
-    if n < t.min_pairs or n_groups < t.min_groups:
-        report.skipped.append(
-            f"all checks: only {n} anchor pairs in {n_groups} groups; the audit needs {t.min_pairs} "
+    pool = _pool(predicted, true, groups, tasks, recent_window, t)
+    n = len(pool.pred)
+    skipped: list[str] = []
+    findings: dict[str, Finding] = {}
+    if n < t.min_pairs or pool.n_groups < t.min_groups:
+        skipped.append(
+            f"all checks: only {n} anchor pairs in {pool.n_groups} groups; the audit needs {t.min_pairs} "
             f"pairs in {t.min_groups} groups"
         )
-        _update_streaks(report, streaks, t)
-        return report
-    # Judged against the within-group spread of r_hat; without any (constant groups), against 1 unit.
-    scale = spread if spread > 0 else 1.0
-    messages: dict[str, str] = {}
-
-    eff, gain, z = monotonicity(true, pred, g, k, t)
-    report.monotonicity_effect, report.monotonicity_gain, report.monotonicity_z = eff, gain, z
-    if eff / scale > t.max_monotonicity_ratio and z > t.z_crit:
-        messages["monotonicity"] = (
-            "world-model bias looks non-monotone: a flexible fit of r_hat against the true score beats "
-            f"the isotonic fit by an RMS of {eff:.3f} score units ({eff / scale:.0%} of the within-group "
-            f"spread of r_hat, held-out groups, z = {z:.1f} clustered by group); Assumption 6 fails and "
-            "the debiasing correction cannot be trusted"
-        )
-
-    if n - window < t.min_old_pairs or window < 2 * t.folds:
-        report.skipped.append(
-            f"stationarity: needs {t.min_old_pairs} pairs older than the recent {window}, has {n - window}"
-        )
-    else:
-        eff, gap, z, scored = old_vs_recent(true, pred, g, k, window, t, overlap=True)
-        report.stationarity_effect, report.stationarity_gap, report.stationarity_z = eff, gap, z
-        report.map_lag_gap = old_vs_recent(pred, true, g, None, window, t, overlap=False)[1]
-        if math.isnan(gap):
-            report.skipped.append(
-                f"stationarity: only {scored} of the last {window} anchors have a true score inside "
-                f"the older anchors' range (need {t.min_overlap}); the policy moved too far to tell "
-                "drift from the move"
-            )
-        elif eff / scale > t.max_stationarity_ratio and z > t.z_crit:
-            messages["stationarity"] = (
-                f"world-model bias drifts: on the last {window} anchor pairs, phi fit on them predicts "
-                f"r_hat better than phi fit on older pairs by an RMS of {eff:.3f} score units "
-                f"({eff / scale:.0%} of the within-group spread, z = {z:.1f} clustered by group); "
-                "the pool-wide debiasing map mixes old and new bias"
-            )
-
-    if k is None:
-        report.skipped.append("per-task bias: the pairs carry no task ids")
-    elif n_tasks < 2:
-        report.skipped.append("per-task bias: the pairs come from one task")
-    else:
-        # Tested on the world model's side, r_hat - phi(r), phi fit with the task held out: f_hat(r_hat)
-        # - r also differs by task when tasks merely score differently (E[r | r_hat] shrinks each task
-        # towards the pool's mean), but phi = E[r_hat | r] does not depend on which scores a task has.
-        effects = task_effects(pred - cross_fitted(true, pred, k, t.folds), g, k)
-        calibrated = task_effects(cross_fitted(pred, true, g, t.folds) - true, g, k)
-        if effects is None or calibrated is None:
-            report.skipped.append("per-task bias: needs a task with two groups")
-        else:
-            report.task_share, report.wm_task_share = calibrated.share, effects.share
-            report.task_sd, report.task_p = effects.sd, effects.p_value
-            named = _names(effects.means, effects.z, t, effects.n_tasks)
-            report.task_offsets = {str(task_names[int(code)]): v for code, v in named.items()}
-            if effects.p_value < t.max_task_p and effects.sd >= t.min_task_sd and report.task_offsets:
-                names = ", ".join(f"{name} ({v:+.2f})" for name, v in report.task_offsets.items())
-                messages["task_bias"] = (
-                    f"world-model bias differs by task: per-task offsets of sd {effects.sd:.3f} score units "
-                    f"(F test p = {effects.p_value:.1e}, groups as units); task explains "
-                    f"{calibrated.share:.0%} of the calibrated residual variance; tasks most off (r_hat "
-                    f"above or below phi(r)): {names}; one global debiasing map cannot correct a "
-                    "per-task bias"
-                )
-
-    chased_scores = pred[-window:] if chased is None or len(chased) == 0 else as_scores("chased", chased)
-    report.high_threshold = float(np.quantile(chased_scores, t.high_quantile))
-    high = pred >= report.high_threshold
-    report.n_support_high = int(np.count_nonzero(high))
-    report.n_groups_high = len(np.unique(g[high]))
-    report.high_true_frac = float(np.mean(true[-window:] >= t.high_score))
-    if report.n_support_high < t.min_support or report.n_groups_high < t.min_support_groups:
-        messages["coverage"] = (
-            f"anchors do not cover the high scores GRPO chases: the top {1 - t.high_quantile:.0%} of "
-            f"world-model scores (r_hat >= {report.high_threshold:.2f}) rest on only "
-            f"{report.n_support_high} anchor pairs from {report.n_groups_high} groups (need "
-            f"{t.min_support} from {t.min_support_groups}); the debiasing map there is an extrapolation"
-        )
-
-    report.top_rank, report.top_rank_upper, report.n_top = top_rank(true, pred, g, t)
-    if math.isnan(report.top_rank_upper):
-        report.skipped.append(
-            f"flat_top: {report.n_top} anchor pairs with a high true score; needs {t.min_top_pairs} from "
-            f"{t.min_top_groups} groups, with distinct true scores"
-        )
-    elif report.top_rank_upper < t.min_top_rank:
-        messages["flat_top"] = (
-            f"the world model cannot rank at the top: among the {report.n_top} anchor pairs with a high true "
-            f"score the rank correlation of r_hat and r is {report.top_rank:.2f} (bootstrap upper bound "
-            f"{report.top_rank_upper:.2f} < {t.min_top_rank}); its scores do not separate the best "
-            "solutions, only the anchor stream does (see algorithm.on_flat_world_model)"
-        )
-
-    report.flags = [c for c in CHECKS if c in messages]
+    else:  # in the order of CHECKS
+        findings = {
+            "monotonicity": check_monotonicity(pool, t),
+            "stationarity": check_stationarity(pool, t),
+            "task_bias": check_task_bias(pool, t),
+            "coverage": check_coverage(pool, chased, t),
+            "flat_top": check_flat_top(pool, t),
+        }
+    messages = {check: finding.flagged for check, finding in findings.items() if finding.flagged is not None}
+    report = AuditReport(
+        n_pairs=n,
+        n_groups=pool.n_groups,
+        n_tasks=0 if pool.task_names is None else len(pool.task_names),
+        spread=pool.spread,
+        stationarity_window=pool.window,
+        thresholds=t,
+        **{key: value for finding in findings.values() for key, value in finding.values.items()},
+        flags=list(messages),
+        skipped=skipped + [finding.skipped for finding in findings.values() if finding.skipped is not None],
+    )
     persist = _update_streaks(report, streaks, t)
     report.warnings = [
         messages[c] + (f" [flagged at {report.streaks[c]} consecutive audits]" if persist > 1 else "")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from wmrl.config import ConfigError
+
 
 class IntermixedParser(argparse.ArgumentParser):
     """Lets positionals come after options too (``wmrl launch CONFIG --no-submit key=value``): every
@@ -31,8 +33,6 @@ def add_command(subparsers: Any, name: str, help: str, doc: str | None) -> argpa
 
 def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     """``[CONFIG] [key=value ...]``: the first argument is the config file unless it is an override."""
-    from wmrl.config import ConfigError
-
     config = None
     if args and "=" not in args[0]:
         config, args = args[0], args[1:]

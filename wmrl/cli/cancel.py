@@ -32,11 +32,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(run_dir.config_path)
     already = run_dir.is_ended()
     run_dir.mark_ended(args.reason)
-    if coordinator_health(run_dir, cfg.launch.lock_stale_s).state == "alive":
+    stale_s = cfg.launch.timing.lock_stale_s
+    if coordinator_health(run_dir, stale_s).state == "alive":
         print(f"waiting up to {args.wait_s:.0f} s for the coordinator to stop (final checkpoint, plots) ...",
               flush=True)
         deadline = time.monotonic() + args.wait_s
-        while time.monotonic() < deadline and coordinator_health(run_dir, cfg.launch.lock_stale_s).state == "alive":
+        while time.monotonic() < deadline and coordinator_health(run_dir, stale_s).state == "alive":
             time.sleep(1.0)
     records = load_jobs(run_dir)
     live = [job for job, states in job_states([r.job_id for r in records]).items() if states] if records else []

@@ -20,7 +20,8 @@ from typing import Any
 from wmrl.cli.args import add_command
 from wmrl.config import ConfigError
 from wmrl.io import atomic_write_text, read_json
-from wmrl.sweep.records import COST_METRIC, RECORDS, SCORE_METRIC, RunRecord
+from wmrl.sweep import records as rec
+from wmrl.sweep.records import COST_METRIC, RECORDS, SCORE_METRIC, RunRecord, write_records
 
 
 def register(subparsers: Any) -> None:
@@ -44,8 +45,6 @@ def register(subparsers: Any) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[list[RunRecord], str, str | None, str | None]:
     """Records, the comparison's name, and the MLflow (uri, parent run) to log the outputs to."""
-    from wmrl.sweep import records as rec
-
     if args.source:
         src = Path(args.source)
         if (src / "sweep.json").exists():
@@ -72,9 +71,9 @@ def _load(args: argparse.Namespace) -> tuple[list[RunRecord], str, str | None, s
 
 
 def run(args: argparse.Namespace) -> int:
+    # the sweep tables and plots only for `wmrl compare`: `wmrl --help` imports every subcommand
     from wmrl.sweep.compare import compare, csv_text, markdown
     from wmrl.sweep.compare_plots import plot_heatmaps, plot_score_vs_gpu_hours
-    from wmrl.sweep.records import write_records
 
     records, name, uri, parent = _load(args)
     if not records:

@@ -25,6 +25,15 @@ from typing import Any
 
 from wmrl.cli.args import add_command, split_config_args
 from wmrl.config import ConfigError, load_config
+from wmrl.configs import TINY_CONFIG
+from wmrl.evaluation import evaluate_split
+from wmrl.orchestration.executed import ExecutedEnvironment
+from wmrl.orchestration.records import ExecutionOutcomeRecord
+from wmrl.orchestration.rundir import RunDir
+from wmrl.orchestration.work import config_work
+from wmrl.scores import check_score
+from wmrl.tasks.overview import task_overview
+from wmrl.tasks.pool import load_pool, resolve_pool_root
 
 
 def register(subparsers: Any) -> None:
@@ -52,9 +61,6 @@ class LocalRunner:
         self.work, self.workers = work, max(1, workers)
 
     def execute(self, requests: list[Any], timeout_s: float) -> dict[str, Any]:
-        from wmrl.orchestration.records import ExecutionOutcomeRecord
-        from wmrl.scores import check_score
-
         def one(request: Any) -> ExecutionOutcomeRecord:
             started, t0 = time.time(), time.monotonic()
             try:
@@ -71,9 +77,8 @@ class LocalRunner:
 
 def _policy_source(target: Path, args: argparse.Namespace, scratch: Path) -> tuple[Any, Path, int, Path]:
     """(config, model directory, step, default output path) for a run directory or a model directory."""
-    from wmrl.orchestration.rundir import RunDir
-
     if (target / "config.json").is_file():  # a Hugging Face model directory (a run keeps config.yaml)
+        # torch (the learner's checkpoints, the policy): not on `wmrl --help`'s path
         from wmrl.learner.export import EXPORT_RECORD
 
         # For a model, --step picks the evaluation's random stream (that of a run after N steps); a model
@@ -83,14 +88,13 @@ def _policy_source(target: Path, args: argparse.Namespace, scratch: Path) -> tup
         step = args.step if args.step is not None else int(exported)
         config, overrides = split_config_args(args.args)
         if config is None:
-            from wmrl.configs import TINY_CONFIG
-
             config = str(TINY_CONFIG)
         cfg = load_config(config, [*overrides, f"model.path={target}"])
         return cfg, target, step, Path.cwd() / f"wmrl-eval-{target.name}-{args.pool}.json"
     if args.args:
         raise ConfigError(f"{target} is a run directory: it is evaluated with its own config; "
                           f"drop {' '.join(args.args)}")
+    # torch (the learner's checkpoints, the policy): not on `wmrl --help`'s path
     from wmrl.learner.checkpoint import read_meta
     from wmrl.learner.export import export_checkpoint, find_checkpoint
 
@@ -104,14 +108,10 @@ def _policy_source(target: Path, args: argparse.Namespace, scratch: Path) -> tup
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch (the learner's checkpoints, the policy): not on `wmrl --help`'s path
     from wmrl.agent.policy import AgentPolicy
-    from wmrl.evaluation import evaluate_split
     from wmrl.generation.factory import build_generator
-    from wmrl.orchestration.executed import ExecutedEnvironment
-    from wmrl.orchestration.work import config_work
     from wmrl.sft.data import run_context
-    from wmrl.tasks.overview import task_overview
-    from wmrl.tasks.pool import load_pool, resolve_pool_root
 
     target = Path(args.target)
     if not target.is_dir():
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         limit = args.tasks if args.tasks is not None else cfg.train.eval_tasks
         if k < 1:
             raise ConfigError(f"--k={k}: evaluation needs at least one trajectory per task")
-        every = load_pool(resolve_pool_root(cfg.tasks.root, progress=True), "all")
+        every = load_pool(resolve_pool_root(cfg.tasks, progress=True), "all")
         tasks = [t for t in every if t.split == args.pool][: limit or None]
         if not tasks:
             raise ConfigError(f"--pool={args.pool}: the pool at {cfg.tasks.root or 'the built-in root'} has no such task")

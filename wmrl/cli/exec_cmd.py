@@ -9,6 +9,7 @@ from pathlib import Path
 
 from wmrl.config import load_config
 from wmrl.execution import execute_and_grade
+from wmrl.sandbox import limits_from_config, make_backend
 from wmrl.tasks.layouts import LoadOptions
 from wmrl.tasks.pool import find_task, resolve_pool_root
 from wmrl.tasks.task import TaskError
@@ -32,7 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from wmrl.sandbox import limits_from_config, make_backend
 
     overrides = list(args.overrides)
     if args.backend:
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wmrl exec: solution file not found: {solution}", file=sys.stderr)
         return 2
     try:
-        root = resolve_pool_root(args.root or cfg.tasks.root, progress=True)
+        root = resolve_pool_root(args.root or cfg.tasks, progress=True)
         task = find_task(root, args.task, LoadOptions.from_config(cfg.tasks))
     except TaskError as err:
         print(f"wmrl exec: {err}", file=sys.stderr)

@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch (the learner's checkpoints): not on `wmrl --help`'s path
     from wmrl.learner.checkpoint import read_meta
     from wmrl.learner.export import export_checkpoint, find_checkpoint
 

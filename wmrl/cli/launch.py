@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from wmrl.cli.args import add_command
+from wmrl.cli.status import collect, render
 from wmrl.config import ConfigError, WMRLConfig, load_config, to_yaml
 from wmrl.orchestration.coordinator import Coordinator
+from wmrl.orchestration.launch import submit_run
 from wmrl.orchestration.lock import RunLock, RunLockHeld
 from wmrl.orchestration.preflight import preflight
 from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
-from wmrl.orchestration.slurm import COORDINATOR, WORKERS, sbatch_command_options, template_path
+from wmrl.orchestration.slurm import (
+    COORDINATOR,
+    WORKERS,
+    active_tasks,
+    live_jobs,
+    load_jobs,
+    sbatch_command_options,
+    template_path,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,8 +59,6 @@ def _refuse_if_running(run: RunDir, stale_s: float) -> str | None:
     if seen is not None and probe.stale_reason(*seen) is None:
         return f"{run.path} is in use by a coordinator ({seen[0].describe()}); see `wmrl status {run.path}`"
     if (run.path / "jobs").is_dir():
-        from wmrl.orchestration.slurm import COORDINATOR, live_jobs
-
         waiting = live_jobs(run, COORDINATOR)
         if waiting:
             return (f"{run.path} has a coordinator job in Slurm ({', '.join(waiting)}, pending or running); "
@@ -89,17 +98,29 @@ def _refuse_if_ended(run: RunDir, resume: bool) -> str | None:
     return None
 
 
+def _as_written_now(stored_yaml: str) -> str:
+    """A stored config as this version writes it: moved keys read under their new names (with a FutureWarning)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as f:
+        f.write(stored_yaml)
+        f.flush()
+        try:
+            return to_yaml(load_config(f.name))
+        except ConfigError:  # not loadable now: compared as stored, and the mismatch says which keys differ
+            return stored_yaml
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = _load(args)
     preflight(cfg)  # PreflightError (exit 2) before anything is created or queued
     run_dir = RunDir(cfg.run_dir)
     if run_dir.config_path.exists():  # a relaunch: same config, no live coordinator, not ended
-        refusal = (_refuse_if_running(run_dir, cfg.launch.lock_stale_s) or config_mismatch(run_dir, to_yaml(cfg))
+        refusal = (_refuse_if_running(run_dir, cfg.launch.timing.lock_stale_s)
+                   or config_mismatch(run_dir, to_yaml(cfg), _as_written_now)
                    or _refuse_if_ended(run_dir, args.resume))
         if refusal:
             print(f"wmrl launch: {refusal}", file=sys.stderr)
             return 2
-    run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group)
+    run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group, _as_written_now)
     print(f"run dir:  {run_dir.path}")
     if args.no_submit:
         _print_sbatch_commands(cfg, run_dir)
@@ -115,8 +136,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"finished: {result}")
         return 0 if result.get("state") == "finished" else 1
 
-    from wmrl.orchestration.launch import submit_run
-    from wmrl.orchestration.slurm import WORKERS, live_jobs
 
     adopted = live_jobs(run_dir, WORKERS) if (run_dir.path / "jobs").is_dir() else []
     coordinator, workers = submit_run(cfg, run_dir)
@@ -145,9 +164,6 @@ def _print_sbatch_commands(cfg: WMRLConfig, run: RunDir) -> None:
 
 
 def wait_for_end(run_dir: RunDir, every_s: float) -> int:
-    from wmrl.cli.status import collect, render
-    from wmrl.orchestration.slurm import active_tasks, load_jobs
-
     while True:
         time.sleep(every_s)
         info = collect(run_dir)

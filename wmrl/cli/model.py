@@ -14,6 +14,7 @@ from typing import Any
 
 from wmrl.cli.args import split_config_args
 from wmrl.config import load_config
+from wmrl.models.init import ensure_tiny_model
 
 
 def register(subparsers: Any) -> None:
@@ -26,11 +27,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wmrl.models.init import ensure_tiny_model
-
     config, overrides = split_config_args(args.args)
     cfg = load_config(config, overrides)
-    path, built = ensure_tiny_model(cfg.model, cfg.tasks.root, Path(args.out) if args.out else None)
+    path, built = ensure_tiny_model(cfg.model, cfg.tasks, Path(args.out) if args.out else None)
     facts = json.loads((path / "wmrl_build.json").read_text(encoding="utf-8"))
     how = f"built in {facts['seconds']:.1f} s" if built else "cached"
     print(f"{how}: {path}")

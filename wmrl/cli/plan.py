@@ -13,6 +13,7 @@ import json
 
 from wmrl.cli.args import add_command
 from wmrl.config import load_config
+from wmrl.orchestration.memory_plan import plan_with_fixes, render
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,8 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wmrl.orchestration.memory_plan import plan_with_fixes, render
-
     result = plan_with_fixes(load_config(args.config, args.overrides))
     print(json.dumps(result.as_json(), indent=2) if args.json else render(result), flush=True)
     return 0 if result.fits else 2

@@ -15,6 +15,10 @@ from typing import Any
 
 from wmrl.cli.args import IntermixedParser, split_config_args
 from wmrl.config import load_config
+from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
+from wmrl.models.cache import MARKER
+from wmrl.models.loading import model_dir
+from wmrl.sft.pipeline import sft_default_model
 
 
 def register(subparsers: Any) -> None:
@@ -27,12 +31,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wmrl.models.cache import MARKER
-    from wmrl.models.loading import model_dir
-    from wmrl.sft.pipeline import sft_default_model
-
     started = time.monotonic()
-    from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
 
     config, overrides = split_config_args(args.args)
     # Without CONFIG: the same packaged default as `wmrl train`, so both find the same cached SFT.

@@ -19,8 +19,9 @@ from typing import Any
 
 from wmrl.cli.args import IntermixedParser, split_config_args
 from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config, to_flat_dict
+from wmrl.io import atomic_write_text, json_safe
 from wmrl.simulate.scenarios import SCENARIOS, get_scenario
-from wmrl.sweep.records import RECORDS
+from wmrl.sweep.records import RECORDS, from_result, write_records
 
 RUNS = "runs"  # OUT/runs/VARIANT-seedSEED: one directory per (variant, seed)
 
@@ -56,9 +57,8 @@ def _track(cfg: WMRLConfig, scenario: str, results: list[Any], out: Path, plots:
     ``wmrl compare OUT`` read the runs without MLflow."""
     import dataclasses
 
-    from wmrl.io import json_safe
+    # the synthetic testbed only for `wmrl simulate`: `wmrl --help` imports every subcommand
     from wmrl.simulate.tracking import prepare_run_dir, send_runs, write_run
-    from wmrl.sweep.records import from_result, write_records
 
     records, run_dirs = [], []
     for r in results:
@@ -87,6 +87,7 @@ def run_directory(out: Path, variant: str, seed: int) -> Path:
 
 
 def run_one(cfg: WMRLConfig, scenario: str, variants: list[str], seeds: int, out: Path, workers: int) -> dict[str, Any]:
+    # the synthetic testbed only for `wmrl simulate`: `wmrl --help` imports every subcommand
     from wmrl.simulate.report import write_report
     from wmrl.simulate.sweep import run_sweep
 
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     config, overrides = split_config_args(args.args)
     try:
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        # the synthetic testbed only for `wmrl simulate`: `wmrl --help` imports every subcommand
         from wmrl.simulate.sweep import check_variants
 
         check_variants(variants)
@@ -157,9 +159,13 @@ def _floats(flag: str, text: str) -> list[float]:
 
 
 def run_from_run(args: argparse.Namespace, config: str | None, overrides: list[str], variants: list[str]) -> int:
-    """``--from-run``: fit, run the grid, print the fitted parameters and the predicted table."""
+    """``--from-run``: fit, run the grid, print the fitted parameters and the predicted table, then the
+    anchor rule's check: the simulator run as the run was configured, its per-step anchor groups against the
+    run's."""
+    # the synthetic testbed only for `wmrl simulate`: `wmrl --help` imports every subcommand
     from wmrl.sweep.from_run import MIN_PAIRS, FromRunError, fit_run, fitted_config, load_run
     from wmrl.sweep.plan import grid, run_plan, write_plan
+    from wmrl.sweep.rule_trace import check_rule
 
     if config is not None:
         raise ConfigError(f"--from-run takes its config from RUN_DIR/config.yaml; got a config file too ({config}); "
@@ -183,9 +189,13 @@ def run_from_run(args: argparse.Namespace, config: str | None, overrides: list[s
     settings = grid(cfg, variants, fracs, maxes)
     records, wall = run_plan(cfg, settings, range(seeds), workers=args.workers)
     out = Path(args.out) if args.out else Path("plans") / run_dir.resolve().name
+    agreement = check_rule(cfg, fit.rule, range(seeds), workers=args.workers)
     meta = {"overrides": overrides, "seeds": seeds, "anchor_fracs": fracs, "w_maxes": maxes, "variants": variants,
-            "wall_seconds": wall, "steps": cfg.train.steps, "simulator": to_flat_dict(cfg.simulator)}
+            "wall_seconds": wall, "steps": cfg.train.steps, "simulator": to_flat_dict(cfg.simulator),
+            "anchor_rule_check": json_safe(dataclasses.asdict(agreement))}
     _, text = write_plan(out, fit, records, wall, meta)
+    text += "\n" + agreement.describe()
+    atomic_write_text(out / "plan.md", text)
     print(text, end="")
     print(f"wrote {out}/ (plan.md, plan.csv, fit.json, records.jsonl, *.png)", file=sys.stderr)
     return 0

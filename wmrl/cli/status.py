@@ -18,7 +18,7 @@ from wmrl.orchestration.health import (
 )
 from wmrl.orchestration.rundir import RunDir
 from wmrl.orchestration.service import live_workers, throughput_per_min
-from wmrl.orchestration.slurm import ACTIVE_STATES
+from wmrl.orchestration.slurm import ACTIVE_STATES, job_states, load_jobs
 from wmrl.orchestration.spool import Spool
 from wmrl.progress import format_duration
 from wmrl.sft.pipeline import initial_policy_label
@@ -41,7 +41,7 @@ def collect(run: RunDir) -> dict[str, Any]:
         progress = read_json(run.path / PROGRESS)
     except (OSError, ValueError):
         progress = {}
-    health = coordinator_health(run, cfg.launch.lock_stale_s)
+    health = coordinator_health(run, cfg.launch.timing.lock_stale_s)
     results = result_counts(run)
     counts = spool.counts()
     info: dict[str, Any] = {
@@ -50,11 +50,10 @@ def collect(run: RunDir) -> dict[str, Any]:
         "coordinator": {"state": health.state, "detail": health.detail, "last_error": health.last_error},
         "queue": {"queued": counts["queued"], "claimed": counts["claimed"], "done": results.done,
                   "failed": results.failed, "invalid": results.invalid, "quarantined": counts["quarantined"]},
-        "live_workers": live_workers(run, cfg.launch.lease_s),
+        "live_workers": live_workers(run, cfg.launch.timing.lease_s),
         "throughput_per_min": throughput_per_min(spool), "jobs": [],
         "tracking": _tracking(run, cfg), "initial_policy": initial_policy_label(run.path),
     }
-    from wmrl.orchestration.slurm import job_states, load_jobs
 
     records = load_jobs(run)
     if records:

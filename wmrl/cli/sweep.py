@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from wmrl.cli.args import add_command
+from wmrl.config import load_config
 from wmrl.sweep.runner import EXECUTORS, prepare, run_sweep
 from wmrl.sweep.spec import load_spec
 
@@ -48,7 +49,5 @@ def run(args: argparse.Namespace) -> int:
 
 def _runs_root(spec: Any, overrides: list[str]) -> str:
     """``runs_root`` as the runs' config resolves it (the spec's config and overrides, then these)."""
-    from wmrl.config import load_config
-
     first = spec.runs[0]
     return load_config(spec.config, [*first.overrides, *overrides]).runs_root

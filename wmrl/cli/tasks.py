@@ -13,8 +13,10 @@ from pathlib import Path
 
 from wmrl.cli.args import IntermixedParser
 from wmrl.config import WMRLConfig, load_config
+from wmrl.tasks.builtin.build import build_pool
 from wmrl.tasks.layouts import LoadOptions
-from wmrl.tasks.pool import default_pool_root, ensure_builtin_pool, find_task, scan_pool
+from wmrl.tasks.overview import task_overview
+from wmrl.tasks.pool import default_pool_root, find_task, resolve_pool_root, scan_pool
 from wmrl.tasks.task import TaskError
 
 
@@ -29,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tasks", help="build, list and show task pools")
     sub = parser.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
 
-    build = sub.add_parser("build", help="build the built-in pool (deterministic)")
-    build.add_argument("--only", nargs="+", metavar="FAMILY", help="build only these task families")
+    build = sub.add_parser("build", help="build the built-in pool, or the task families (tasks.pool=families)")
+    build.add_argument("--only", nargs="+", metavar="FAMILY",
+                       help="build only these task families (built-in pool) or families/instance ids (task families)")
     build.add_argument("--group", default="", metavar="GROUP",
                        help="Unix group that shares the pool (setgid on the root; rights follow the umask)")
     _common(build, "where to build (default: tasks.root, $WMRL_TASKS_DIR or ~/.cache/wmrl/...)")
@@ -52,10 +55,8 @@ def _config(args: argparse.Namespace) -> WMRLConfig:
 
 
 def _root(cfg: WMRLConfig) -> Path:
-    """An explicit tasks.root is used as is; otherwise the built-in pool, built if missing."""
-    if cfg.tasks.root:
-        return Path(cfg.tasks.root).expanduser()
-    return ensure_builtin_pool()
+    """An explicit tasks.root is used as is; otherwise the pool tasks.pool names, built if missing."""
+    return resolve_pool_root(cfg.tasks, progress=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,8 +73,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace, cfg: WMRLConfig) -> int:
-    from wmrl.tasks.builtin.build import build_pool
+    if cfg.tasks.pool == "families":
+        # Pillow and scikit-image, only for the task families
+        from wmrl.tasks.families.pool import build_families, default_root
 
+        families = cfg.tasks.families
+        root = Path(cfg.tasks.root).expanduser() if cfg.tasks.root else default_root(families)
+        metas = build_families(root, families, only=args.only, group=args.group)
+        heldout = sum(m["split"] == "heldout" for m in metas)
+        print(f"built {len(metas)} task(s) ({len(metas) - heldout} train, {heldout} held out) in {root}")
+        return 0
     root = default_pool_root(cfg.tasks.root)
     metas = build_pool(root, only=args.only, group=args.group)
     print(f"built {len(metas)} task(s) in {root}")
@@ -96,8 +105,6 @@ def _list(args: argparse.Namespace, cfg: WMRLConfig) -> int:
 
 
 def _show(args: argparse.Namespace, cfg: WMRLConfig) -> int:
-    from wmrl.tasks.overview import task_overview
-
     task = find_task(_root(cfg), args.task, LoadOptions.from_config(cfg.tasks))
     board = task.leaderboard
     print(f"task:        {task.task_id} ({task.name})")

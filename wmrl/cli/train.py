@@ -15,9 +15,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from wmrl.cli import launch
 from wmrl.cli.args import IntermixedParser, add_command, split_config_args
 from wmrl.config import ConfigError, load_config
 from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
+from wmrl.sft.pipeline import INITIAL_POLICY, initial_policy_path
 
 
 def register(subparsers: Any) -> None:
@@ -34,8 +36,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from wmrl.cli import launch
-
     config, overrides = split_config_args(args.args)
     config = config or str(DEFAULT_CONFIG)
     cfg = load_config(config, overrides)
@@ -43,8 +43,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"trainer={cfg.trainer!r}: `wmrl train` trains the LLM agent (trainer: llm); "
                           "run the other trainers with `wmrl launch CONFIG`")
     if not cfg.model.path:
-        from wmrl.sft.pipeline import INITIAL_POLICY, initial_policy_path
-
         pin = Path(cfg.run_dir) / INITIAL_POLICY
         if pin.is_file():  # a relaunch keeps the policy it started with; `wmrl launch` checks the rest
             print(f"initial policy: pinned in {pin}", flush=True)

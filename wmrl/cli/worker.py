@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--worker-id", default=None,
                         help="default: <host>-<array job>_<array task>-<pid> in Slurm, <host>-<pid> elsewhere")
     parser.add_argument("--idle-timeout", type=float, default=None, metavar="S",
-                        help="exit after S seconds without work (default: launch.idle_timeout_s)")
+                        help="exit after S seconds without work (default: launch.timing.idle_timeout_s)")
     parser.add_argument("--work", default=None, metavar="MODULE:FACTORY",
                         help=f"work function factory (default: the run's launch.work, normally "
                              f"{DEFAULT_WORK}: sandbox + grader)")

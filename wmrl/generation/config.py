@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from wmrl.config_checks import ConfigError, Section, choice, in_range
 
 if TYPE_CHECKING:  # loading a config must not import torch
     from wmrl.generation.base import SamplingParams
@@ -17,74 +19,60 @@ VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(Section):
     """The policy's sampling settings (paper, Appendix D: temperature 1.0, top-p 1.0, 4096 tokens per turn)."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512  # per turn; the tiny default's replies are a few hundred tokens
-    seed: int = 0
+    KEY: ClassVar[str] = "sampling"
+    temperature: float = field(default=1.0, metadata=in_range(0.0))
+    top_p: float = field(default=1.0, metadata=in_range(0.0, 1.0, low_open=True))
+    # per turn; the tiny default's replies are a few hundred tokens
+    max_new_tokens: int = field(default=512, metadata=in_range(1))
+    seed: int = field(default=0, metadata=in_range(0))
 
     def params(self) -> SamplingParams:
+        # torch: loading a config must not import it
         from wmrl.generation.base import SamplingParams
 
         return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, self.seed)
 
-    def validate(self, prefix: str = "sampling") -> None:
-        from wmrl.config_checks import check_range
-
-        check_range(f"{prefix}.temperature", self.temperature, 0.0)
-        check_range(f"{prefix}.top_p", self.top_p, 0.0, 1.0, low_open=True)
-        check_range(f"{prefix}.max_new_tokens", self.max_new_tokens, 1)
-        check_range(f"{prefix}.seed", self.seed, 0)
-
 
 @dataclass
-class VLLMConfig:
+class VLLMConfig(Section):
     """vLLM engine settings (``generation.backend=vllm``, GPU clusters; placements in docs/cluster.md)."""
 
+    KEY: ClassVar[str] = "generation.vllm"
     # Where vLLM runs. "colocated": on the learner's GPU, taking turns with it: vLLM sleeps while the
     # learner trains and the learner's model and optimizer states wait in host memory while vLLM
     # generates (wmrl/generation/colocation.py). "dedicated": on the last `inference_gpus` GPUs of the
     # coordinator's allocation, the learner on the others; weights travel over NCCL.
-    placement: str = "colocated"
-    inference_gpus: int = 0  # dedicated: GPUs of the allocation vLLM uses (>= tensor_parallel_size)
+    placement: str = field(default="colocated", metadata=choice(PLACEMENTS))
+    # dedicated: GPUs of the allocation vLLM uses (>= tensor_parallel_size)
+    inference_gpus: int = field(default=0, metadata=in_range(0))
     # colocated: vLLM's sleep level while the learner trains. 1: weights to host memory, KV cache freed;
     # 2: weights and KV cache freed (the weight update refills them); 0: never sleep (both must fit).
-    sleep_level: int = 1
+    sleep_level: int = field(default=1, metadata=choice(SLEEP_LEVELS))
     # How the learner's weights reach vLLM after each step: "ipc" when vLLM shares the learner's GPU
     # (CUDA IPC handles, no copy), "nccl" when it runs on other GPUs; "auto" picks by placement.
-    weight_transfer: str = "auto"
+    weight_transfer: str = field(default="auto", metadata=choice(WEIGHT_TRANSFER))
     # The fraction of the GPU's TOTAL memory vLLM reserves (weights, activations, KV cache; what is left
     # of it after the weights is KV cache), not of its free memory: vLLM refuses to start when the GPU's
     # free memory is below it, so 0.4 of an A100-80GB needs 32 GB free (wmrl checks this up front, see
     # vllm_engine.check_gpu_memory). Colocated, the learner's states are in host memory by then.
-    gpu_memory_utilization: float = 0.4
-    tensor_parallel_size: int = 1
-    max_model_len: int = 16384  # prompt + all turns; the paper's world model reads 12k
-    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = field(default=0.4, metadata=in_range(0.0, 1.0, low_open=True))
+    tensor_parallel_size: int = field(default=1, metadata=in_range(1))
+    # prompt + all turns; the paper's world model reads 12k
+    max_model_len: int = field(default=16384, metadata=in_range(16))
+    dtype: str = field(default="bfloat16", metadata=choice(VLLM_DTYPES))
     enforce_eager: bool = False
     enable_prefix_caching: bool = True  # a group's n trajectories share their prompt
 
-    def validate(self, prefix: str) -> None:
-        from wmrl.config_checks import ConfigError, check_choice, check_range
-
-        check_choice(f"{prefix}.placement", self.placement, PLACEMENTS)
-        check_choice(f"{prefix}.sleep_level", self.sleep_level, SLEEP_LEVELS)
-        check_range(f"{prefix}.inference_gpus", self.inference_gpus, 0)
-        check_choice(f"{prefix}.weight_transfer", self.weight_transfer, WEIGHT_TRANSFER)
-        check_range(f"{prefix}.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
-        check_range(f"{prefix}.tensor_parallel_size", self.tensor_parallel_size, 1)
-        check_range(f"{prefix}.max_model_len", self.max_model_len, 16)
-        check_choice(f"{prefix}.dtype", self.dtype, VLLM_DTYPES)
+    def check_together(self, prefix: str) -> None:
         if self.weight_transfer == "ipc" and self.tensor_parallel_size > 1:
             raise ConfigError(f"{prefix}.weight_transfer=ipc needs {prefix}.tensor_parallel_size=1 (the learner's "
                               f"CUDA IPC handles are of its one GPU); use weight_transfer=nccl for tensor parallelism")
-        self._validate_placement(prefix)
+        self._check_placement(prefix)
 
-    def _validate_placement(self, prefix: str) -> None:
-        from wmrl.config_checks import ConfigError
-
+    def _check_placement(self, prefix: str) -> None:
         if self.placement == "dedicated":
             if self.inference_gpus < self.tensor_parallel_size:
                 raise ConfigError(f"{prefix}.placement=dedicated needs {prefix}.inference_gpus >= "
@@ -99,10 +87,13 @@ class VLLMConfig:
 
 
 @dataclass
-class GenerationConfig:
-    backend: str = "transformers"  # "transformers" (CPU, GPU fallback) or "vllm" (GPU, `gpu` extra)
-    device: str = "auto"  # transformers backend: "auto" = cuda when available, else cpu
-    batch_size: int = 16  # transformers backend: prompts decoded together
+class GenerationConfig(Section):
+    KEY: ClassVar[str] = "generation"
+    # "transformers" (CPU, GPU fallback) or "vllm" (GPU, `gpu` extra)
+    backend: str = field(default="transformers", metadata=choice(BACKENDS))
+    # transformers backend: "auto" = cuda when available, else cpu
+    device: str = field(default="auto", metadata=choice(DEVICES))
+    batch_size: int = field(default=16, metadata=in_range(1))  # transformers backend: prompts decoded together
     # transformers backend with several learner ranks: every rank holds a copy and draws a share of each
     # call (wmrl/generation/data_parallel.py); otherwise rank 0 draws alone. The colocated vLLM placement
     # is data-parallel by itself (one engine per learner GPU).
@@ -115,15 +106,7 @@ class GenerationConfig:
             return False
         return self.vllm.placement == "colocated" if self.backend == "vllm" else self.data_parallel
 
-    def validate(self, prefix: str = "generation") -> None:
-        from wmrl.config_checks import check_choice, check_range
-
-        check_choice(f"{prefix}.backend", self.backend, BACKENDS)
-        check_choice(f"{prefix}.device", self.device, DEVICES)
-        check_range(f"{prefix}.batch_size", self.batch_size, 1)
-        self.vllm.validate(f"{prefix}.vllm")
+    def check_together(self, prefix: str) -> None:
         if self.data_parallel and self.backend == "vllm":
-            from wmrl.config_checks import ConfigError
-
             raise ConfigError(f"{prefix}.data_parallel is for the transformers backend; vLLM is data-parallel "
                               f"with {prefix}.vllm.placement=colocated (one engine per learner GPU)")

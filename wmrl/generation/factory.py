@@ -6,6 +6,8 @@ from pathlib import Path
 
 from wmrl.generation.base import Generator
 from wmrl.generation.config import GenerationConfig
+from wmrl.generation.hf import TransformersGenerator
+from wmrl.generation.vllm_engine import VLLMGenerator
 
 
 def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float32",
@@ -16,9 +18,5 @@ def build_generator(path: str | Path, cfg: GenerationConfig, dtype: str = "float
     None = as ``generation.vllm.placement`` says.
     """
     if cfg.backend == "vllm":
-        from wmrl.generation.vllm_engine import VLLMGenerator
-
         return VLLMGenerator(str(path), cfg.vllm, colocated=colocated)
-    from wmrl.generation.hf import TransformersGenerator
-
     return TransformersGenerator.from_path(str(path), dtype=dtype, device=cfg.device, batch_size=cfg.batch_size)

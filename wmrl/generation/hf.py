@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from wmrl.generation.base import Generation, SamplingParams
+from wmrl.models.loading import load_causal_lm, load_tokenizer
 
 
 def request_seeds(params: SamplingParams, n: int, seeds: Sequence[int] | None) -> list[int]:
@@ -59,8 +60,6 @@ class TransformersGenerator:
 
     @classmethod
     def from_path(cls, path: str, dtype: str = "float32", device: str = "auto", batch_size: int = 16) -> TransformersGenerator:
-        from wmrl.models.loading import load_causal_lm, load_tokenizer
-
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         return cls(load_causal_lm(path, dtype=dtype, device=device), load_tokenizer(path), batch_size)

@@ -57,6 +57,7 @@ from wmrl.generation.base import Generation, SamplingParams
 from wmrl.generation.config import VLLMConfig
 from wmrl.generation.hf import request_seeds, stop_token_ids
 from wmrl.learner.devices import physical_gpus, visible_gpus
+from wmrl.models.loading import load_tokenizer
 
 # One naming rule for the learner, the sync and vLLM (the names are re-exported for this module's callers).
 from wmrl.models.vision_language import checkpoint_name
@@ -230,8 +231,6 @@ class VLLMGenerator:
     """A :class:`~wmrl.generation.base.Generator` on an offline ``vllm.LLM``."""
 
     def __init__(self, path: str, cfg: VLLMConfig, colocated: bool | None = None, seed: int = 0) -> None:
-        from wmrl.models.loading import load_tokenizer
-
         if colocated is None:
             colocated = cfg.placement == "colocated"
         self.transfer = resolve_transfer(cfg.weight_transfer, colocated)

@@ -38,11 +38,13 @@ import torch
 
 from wmrl.learner import batch as batching
 from wmrl.learner import head
+from wmrl.learner.checkpoint import load, save
 from wmrl.learner.config import LearnerConfig
 from wmrl.learner.distributed import all_reduce
 from wmrl.learner.engine import HostPartitions, build_engines, offloadable_states
 from wmrl.learner.loss import STAT_SUMS, loss_coefficients, token_loss
 from wmrl.learner.memory import PeakMemory
+from wmrl.learner.weights import flatten, gathered_buckets
 from wmrl.rollout import Groups
 
 
@@ -220,26 +222,18 @@ class GRPOLearner:
         """The policy's full parameters by Hugging Face name, ``learner.weight_sync_bucket_mb`` at a time,
         in ``dtype`` (the generator's); collective under ZeRO-3: every rank drains it
         (see wmrl/learner/weights.py)."""
-        from wmrl.learner.weights import gathered_buckets
-
         return gathered_buckets(self.engine.module, int(self.cfg.weight_sync_bucket_mb * 2**20), dtype)
 
     def named_parameters(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """:meth:`weight_buckets` one tensor at a time, for ``Generator.update_weights``."""
-        from wmrl.learner.weights import flatten
-
         return flatten(self.weight_buckets(dtype))
 
     def save_checkpoint(self, root: str | Path, step: int) -> Path:
         """Checkpoint after step ``step`` under ``root`` (collective); see wmrl/learner/checkpoint.py."""
-        from wmrl.learner.checkpoint import save
-
         return save(self, Path(root), step)
 
     def load_checkpoint(self, path: str | Path) -> int:
         """Restore model, optimizer and RNG from a checkpoint directory; returns its step."""
-        from wmrl.learner.checkpoint import load
-
         return load(self, Path(path))
 
 

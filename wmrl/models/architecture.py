@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wmrl.config_checks import ConfigError
+from wmrl.models.loading import quiet_hf
+from wmrl.models.vision_language import text_config
+
 ARCHITECTURES_DIR = Path(__file__).resolve().parent / "architectures"
 SHIPPED: tuple[str, ...] = ("qwen3.5-4b", "qwen3.5-9b")
 
 
 def architecture_path(value: str, key: str = "model.architecture") -> Path:
     """The ``config.json`` that ``value`` names (a shipped name, a file, or a directory holding one)."""
-    from wmrl.config_checks import ConfigError
-
     if value in SHIPPED:
         return ARCHITECTURES_DIR / value / "config.json"
     path = Path(value).expanduser()
@@ -36,8 +38,6 @@ def load_text_config(path: str | Path) -> Any:
     vision-language checkpoint."""
     from transformers import AutoConfig
 
-    from wmrl.models.loading import quiet_hf
-    from wmrl.models.vision_language import text_config
 
     quiet_hf()
     path = Path(path)

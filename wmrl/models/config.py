@@ -3,35 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from wmrl.config_checks import ConfigError, Section, choice, in_range
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
-class TinyModelConfig:
+class TinyModelConfig(Section):
     """A small ``Qwen3ForCausalLM`` (pure attention) built by ``wmrl model init``, sized for 2 CPU cores."""
 
-    vocab_size: int = 6144  # byte-level BPE on the pool's texts (~5k merges exist on the built-in pool)
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 64
-    intermediate_size: int = 768
-    max_position_embeddings: int = 4096
-    rope_theta: float = 10000.0
+    KEY: ClassVar[str] = "model.tiny"
+    # byte-level BPE on the pool's texts (~5k merges exist on the built-in pool); at least the 256 byte
+    # symbols and the 3 special tokens that are always in the vocabulary
+    vocab_size: int = field(default=6144, metadata=in_range(512))
+    hidden_size: int = field(default=256, metadata=in_range(1))
+    num_layers: int = field(default=4, metadata=in_range(1))
+    num_heads: int = field(default=4, metadata=in_range(1))
+    num_kv_heads: int = field(default=2, metadata=in_range(1))
+    head_dim: int = field(default=64, metadata=in_range(1))
+    intermediate_size: int = field(default=768, metadata=in_range(1))
+    max_position_embeddings: int = field(default=4096, metadata=in_range(64))
+    rope_theta: float = field(default=10000.0, metadata=in_range(0.0, low_open=True))
     tie_word_embeddings: bool = True
     seed: int = 0
 
-    def validate(self, prefix: str) -> None:
-        from wmrl.config_checks import ConfigError, check_range
-
-        # 256 byte symbols + 3 special tokens are always in the vocabulary.
-        check_range(f"{prefix}.vocab_size", self.vocab_size, 512)
-        for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
-            check_range(f"{prefix}.{key}", getattr(self, key), 1)
-        check_range(f"{prefix}.max_position_embeddings", self.max_position_embeddings, 64)
-        check_range(f"{prefix}.rope_theta", self.rope_theta, 0.0, low_open=True)
+    def check_together(self, prefix: str) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"{prefix}.num_heads={self.num_heads} must be a multiple of "
@@ -40,12 +38,13 @@ class TinyModelConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Section):
+    KEY: ClassVar[str] = "model"
     # Local Hugging Face directory of the initial policy (a Qwen3.5 checkpoint on a cluster, any causal
     # LM). "" = the tiny default: `wmrl model init` then `wmrl sft`, both cached under cache_dir.
     path: str = ""
     # Weights dtype when loading; "auto" = the checkpoint's own (bfloat16 for Qwen3.5 releases).
-    dtype: str = "float32"
+    dtype: str = field(default="float32", metadata=choice(DTYPES))
     # Where built models and SFT outputs are cached; "" = $WMRL_CACHE, else ~/.cache/wmrl.
     cache_dir: str = ""
     # Dimensions only, for `wmrl plan` and random-init GPU smoke models: a shipped architecture
@@ -53,12 +52,9 @@ class ModelConfig:
     architecture: str = ""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
-    def validate(self, prefix: str = "model") -> None:
-        from wmrl.config_checks import check_choice
-
-        check_choice(f"{prefix}.dtype", self.dtype, DTYPES)
+    def check_together(self, prefix: str) -> None:
         if self.architecture:
+            # a config section imports no other package at load time (the shipped architectures' files)
             from wmrl.models.architecture import architecture_path
 
             architecture_path(self.architecture, f"{prefix}.architecture")
-        self.tiny.validate(f"{prefix}.tiny")

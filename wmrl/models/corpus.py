@@ -12,6 +12,8 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from wmrl.tasks import load_pool, task_overview
+
 GENERIC_TEXT = '''\
 The task is a supervised learning problem. I will read the training data from DATA_DIR, fit a model
 on the features, predict the test rows and write the submission to SUBMISSION_PATH. The data is small,
@@ -57,8 +59,6 @@ def pool_parts(pool_root: Path) -> list[tuple[str, str]]:
     (held-out solutions must not become single tokens the policy gets for free). The names
     (``TASK/overview``, ``TASK/sample_submission``, ``TASK/reference/NAME``) let two builds be compared
     text by text (scripts/build_fingerprint.py)."""
-    from wmrl.tasks import load_pool, task_overview
-
     parts: list[tuple[str, str]] = []
     for task in load_pool(Path(pool_root)):
         parts.append((f"{task.task_id}/overview", task_overview(task)))

@@ -16,7 +16,10 @@ from typing import Any
 
 from wmrl.models.cache import build_once, cache_root, content_hash
 from wmrl.models.config import ModelConfig, TinyModelConfig
-from wmrl.models.corpus import corpus_digest
+from wmrl.models.corpus import corpus_digest, prompt_texts, tokenizer_corpus
+from wmrl.models.loading import quiet_hf
+from wmrl.tasks.config import TasksConfig
+from wmrl.tasks.pool import resolve_pool_root
 
 RECIPE = "qwen3-tiny-v1"  # bump when the build below changes what it writes
 
@@ -62,7 +65,7 @@ def write_tiny_model(out: Path, tiny: TinyModelConfig, corpus: Sequence[str]) ->
     import torch
     from transformers import GenerationConfig, Qwen3ForCausalLM
 
-    from wmrl.models.loading import quiet_hf
+    # transformers and tokenizers, only when a tiny model is built
     from wmrl.models.tokenizer import ENDOFTEXT, save_tokenizer, train_bpe, wrap_hf
 
     quiet_hf()
@@ -105,16 +108,14 @@ def init_tiny_model(cfg: ModelConfig, corpus: Sequence[str], out: Path | None = 
     return build_once(target, digest, lambda tmp: write_tiny_model(tmp, cfg.tiny, corpus))
 
 
-def pool_root_for(tasks_root: str) -> Path:
-    """``tasks.root`` as given, else the built-in pool (built on first use, ~2 min)."""
-    from wmrl.tasks.pool import ensure_builtin_pool
+def pool_root_for(tasks_root: TasksConfig | str) -> Path:
+    """``tasks.root`` as given, else the pool ``tasks.pool`` names (the built-in one, ~2 min to build on first
+    use, or the task families); a bare root string means the built-in pool when empty."""
+    return resolve_pool_root(tasks_root, progress=True)
 
-    return Path(tasks_root).expanduser() if tasks_root else ensure_builtin_pool()
 
-
-def ensure_tiny_model(cfg: ModelConfig, tasks_root: str = "", out: Path | None = None) -> tuple[Path, bool]:
+def ensure_tiny_model(cfg: ModelConfig, tasks_root: TasksConfig | str = "", out: Path | None = None
+                      ) -> tuple[Path, bool]:
     """The tiny model for this config and pool: from the cache, or built now (seconds)."""
-    from wmrl.models.corpus import prompt_texts, tokenizer_corpus
-
     corpus = tokenizer_corpus(pool_root_for(tasks_root), prompt_texts())
     return init_tiny_model(cfg, corpus, out)

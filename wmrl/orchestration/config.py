@@ -1,13 +1,15 @@
-"""Config section ``launch``: where the coordinator and the anchor workers run, and the timing of the
-shared-storage exchange between them (leases, heartbeats, polling; see ``docs/run-directory.md``)."""
+"""Config section ``launch``: where the coordinator and the anchor workers run, and its ``launch.timing``:
+every duration of a run (the shared-storage exchange between them: leases, heartbeats, polling, see
+``docs/run-directory.md``; the Slurm jobs' time limits, signal and checkpoint times)."""
 
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.config_checks import ConfigError, Section, checked_by, choice, each, in_range
 
 EXECUTORS = ("local", "slurm")
 MPS_MODES = ("off", "own", "site")
@@ -31,6 +33,7 @@ def _sbatch_mem_mb(lines: list[str]) -> tuple[str, int] | None:
 
 
 def _check_sbatch_line(key: str, line: str) -> None:
+    line = str(line)
     option = line.removeprefix("#SBATCH").strip()
     if not option.startswith("--") or len(option) < 3 or "\n" in option:
         raise ConfigError(
@@ -42,28 +45,86 @@ def _check_sbatch_line(key: str, line: str) -> None:
         raise ConfigError(f"{key}={line!r} is not allowed: a job's shape comes from {SHAPE_KEYS}")
 
 
+def _check_nccl_env(key: str, env: dict[str, str]) -> None:
+    for name, value in env.items():
+        if not re.fullmatch(r"(NCCL|TORCH_NCCL|GLOO)_[A-Z0-9_]+", str(name)) or "\n" in str(value):
+            raise ConfigError(
+                f"{key}.{name}={value!r} is not allowed; names are NCCL_*, TORCH_NCCL_* or GLOO_* "
+                "environment variables (e.g. NCCL_SOCKET_IFNAME: ib0), values one line"
+            )
+
+
+def _check_work(key: str, work: str) -> None:
+    module, _, attr = work.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"{key}={work!r} must be 'module:factory', e.g. wmrl.orchestration.work:real_work")
+
+
 @dataclass
-class LaunchConfig:
-    executor: str = "local"
-    workers: int = 2
+class LaunchTiming(Section):
+    """Every duration of a run's launch (``launch.timing``), in seconds unless the name says minutes."""
+
+    KEY: ClassVar[str] = "launch.timing"
     # A claimed request whose lease is not renewed for this long is returned to the queue. Must exceed
     # the NFS attribute-cache time (acregmax, 60 s by default) plus a few heartbeats.
-    lease_s: float = 120.0
+    lease_s: float = field(default=120.0, metadata=in_range(0.0, low_open=True))
     # Workers renew their lease and their heartbeat file this often.
-    heartbeat_s: float = 10.0
+    heartbeat_s: float = field(default=10.0, metadata=in_range(0.0, low_open=True))
     # A worker with nothing to do for this long exits (the array task ends and frees its GPU).
-    idle_timeout_s: float = 600.0
+    idle_timeout_s: float = field(default=600.0, metadata=in_range(0.0, low_open=True))
     # Directory scans back off from poll_min_s to poll_max_s while nothing changes (no hot polling).
-    poll_min_s: float = 0.05
-    poll_max_s: float = 1.0
+    poll_min_s: float = field(default=0.05, metadata=in_range(0.0, low_open=True))
+    poll_max_s: float = field(default=1.0, metadata=in_range(0.0, low_open=True))
+    # The coordinator's run lock is renewed this often and is stale after lock_stale_s without renewal.
+    lock_heartbeat_s: float = field(default=10.0, metadata=in_range(0.0, low_open=True))
+    lock_stale_s: float = field(default=120.0, metadata=in_range(0.0, low_open=True))
+    # Leftover temp files of crashed writers older than this are removed by the sweeper.
+    tmp_max_age_s: float = field(default=3600.0, metadata=in_range(0.0, low_open=True))
+    # Slurm wall-time limits in minutes (launch.executor=slurm): the coordinator is requeued (and
+    # resumes) when it hits its limit.
+    coordinator_time_min: int = field(default=1440, metadata=in_range(1))
+    worker_time_min: int = field(default=240, metadata=in_range(1))
+    # Slurm sends SIGUSR2 this many seconds before the time limit; the coordinator checkpoints then.
+    signal_delay_s: int = field(default=120, metadata=in_range(0))
+    # The coordinator also saves on its own once less than this remains of its allocation (counted from
+    # the job's real start time), so a signal that comes late or never still finds a fresh checkpoint.
+    checkpoint_margin_s: float = field(default=300.0, metadata=in_range(0.0, low_open=True))
+    # ... and at least this often.
+    checkpoint_every_s: float = field(default=1800.0, metadata=in_range(0.0, low_open=True))
+
+    def check_together(self, prefix: str) -> None:
+        # Two missed renewals must not expire a live claim or lock.
+        if self.heartbeat_s * 2 > self.lease_s:
+            raise ConfigError(
+                f"{prefix}.heartbeat_s={self.heartbeat_s} must be at most half of "
+                f"{prefix}.lease_s={self.lease_s}"
+            )
+        if self.lock_heartbeat_s * 2 > self.lock_stale_s:
+            raise ConfigError(
+                f"{prefix}.lock_heartbeat_s={self.lock_heartbeat_s} must be at most half of "
+                f"{prefix}.lock_stale_s={self.lock_stale_s}"
+            )
+        if self.poll_min_s > self.poll_max_s:
+            raise ConfigError(
+                f"{prefix}.poll_min_s={self.poll_min_s} exceeds {prefix}.poll_max_s={self.poll_max_s}"
+            )
+        if self.signal_delay_s >= self.coordinator_time_min * 60:
+            raise ConfigError(
+                f"{prefix}.signal_delay_s={self.signal_delay_s} must be shorter than "
+                f"{prefix}.coordinator_time_min={self.coordinator_time_min} minutes"
+            )
+
+
+@dataclass
+class LaunchConfig(Section):
+    KEY: ClassVar[str] = "launch"
+    executor: str = field(default="local", metadata=choice(EXECUTORS))
+    workers: int = field(default=2, metadata=in_range(1))
+    # Leases, heartbeats, polling, the run lock, temp files, the jobs' time limits and checkpoint times.
+    timing: LaunchTiming = field(default_factory=LaunchTiming)
     # A request is tried this many times (lease expiries, worker errors, quarantined results), then
     # recorded as failed.
-    max_attempts: int = 3
-    # The coordinator's run lock is renewed this often and is stale after lock_stale_s without renewal.
-    lock_heartbeat_s: float = 10.0
-    lock_stale_s: float = 120.0
-    # Leftover temp files of crashed writers older than this are removed by the sweeper.
-    tmp_max_age_s: float = 3600.0
+    max_attempts: int = field(default=3, metadata=in_range(1))
     # Unix group that shares the run directory ("" = the user's default group): the directory gets it
     # with the setgid bit, so every file inside belongs to it; group rights follow the umask (0002).
     group: str = ""
@@ -75,29 +136,27 @@ class LaunchConfig:
     reuse_executions: bool = False
 
     # ---- Slurm submission (launch.executor=slurm; see docs/orchestration.md). "" / 0 = not requested.
+    # Wall-time limits: launch.timing.coordinator_time_min, worker_time_min.
     partition: str = ""
     account: str = ""
     qos: str = ""
-    # Wall-time limits in minutes: the coordinator is requeued (and resumes) when it hits its limit.
-    coordinator_time_min: int = 1440
-    worker_time_min: int = 240
     # The coordinator's allocation: coordinator_nodes x coordinator_tasks_per_node tasks, one learner rank
     # each (rank 0 is the coordinator proper); coordinator_gpus and coordinator_cpus are per node and
     # per task. learner ranks = coordinator_nodes * coordinator_tasks_per_node.
-    coordinator_nodes: int = 1
-    coordinator_tasks_per_node: int = 1
-    coordinator_gpus: int = 0  # GPUs per node
-    coordinator_cpus: int = 2  # CPUs per task
+    coordinator_nodes: int = field(default=1, metadata=in_range(1))
+    coordinator_tasks_per_node: int = field(default=1, metadata=in_range(1))
+    coordinator_gpus: int = field(default=0, metadata=in_range(0))  # GPUs per node
+    coordinator_cpus: int = field(default=2, metadata=in_range(1))  # CPUs per task
     # Memory of one of the coordinator's GPUs, for `wmrl plan` (80 = A100-80GB / H100-80GB; 141 = H200).
-    coordinator_gpu_memory_gb: float = 80.0
-    coordinator_mem_gb: float = 0.0
+    coordinator_gpu_memory_gb: float = field(default=80.0, metadata=in_range(0.0, low_open=True))
+    coordinator_mem_gb: float = field(default=0.0, metadata=in_range(0))
     # Per array task (one worker = one anchor execution at a time).
-    worker_gpus: int = 0
+    worker_gpus: int = field(default=0, metadata=in_range(0))
     # Anchor executions sharing one GPU (each a worker slot told its 1/N share: CUDA_VISIBLE_DEVICES,
     # WMRL_GPU_FRACTION, WMRL_GPU_MEMORY_MB; see wmrl/orchestration/gpu_share.py). An array task runs
     # executions_per_gpu * worker_gpus slots, so the array has ceil(workers / that) tasks; each
     # execution is counted as 1/executions_per_gpu of a GPU in the cost accounting.
-    executions_per_gpu: int = 1
+    executions_per_gpu: int = field(default=1, metadata=in_range(1))
     # NVIDIA MPS for the executions sharing a GPU: "off" (the shares are advisory); "own": each worker
     # array task starts its own MPS control daemon (nvidia-cuda-mps-control -d, pipe and log directories
     # private to the task) and stops it at the end; "site": the site runs MPS (Slurm's gres/mps, or a
@@ -105,44 +164,37 @@ class LaunchConfig:
     # execution's client limits enforce its share (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT,
     # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and its sandbox shares the host's IPC namespace and sees the
     # pipe directory, which MPS clients need (docs/sandbox.md, "Sharing a GPU").
-    mps: str = "off"
+    mps: str = field(default="off", metadata=choice(MPS_MODES))
     # What one array task asks for: CPUs per task and memory (GB). 0 = derived from what the task runs:
     # each of its slots holds one execution at a time (sandbox.threads CPUs; sandbox.memory_mb plus
     # worker_own_mem_mb). A value set here must hold that much; the config check says what fits.
-    worker_cpus: int = 0
-    worker_mem_gb: float = 0.0
+    worker_cpus: int = field(default=0, metadata=in_range(0))
+    worker_mem_gb: float = field(default=0.0, metadata=in_range(0))
     # One slot's memory besides its execution: the `wmrl worker` process (~0.2 GB measured) and the
     # grader, which loads the submission and the hidden answers after the execution ends.
-    worker_own_mem_mb: int = 2048
+    worker_own_mem_mb: int = field(default=2048, metadata=in_range(0))
     # The array's "%" throttle: at most this many worker tasks run at once (0 = all of them).
-    array_parallelism: int = 0
+    array_parallelism: int = field(default=0, metadata=in_range(0))
     # Extra sbatch options for both jobs, one per item: "--constraint=a100" or "#SBATCH --exclusive".
-    extra_sbatch: list[str] = field(default_factory=list)
+    extra_sbatch: list[str] = field(default_factory=list, metadata=each(checked_by(_check_sbatch_line)))
     # ... for the coordinator job only (e.g. "--exclusive"), and for the worker array only; an option
     # named in both a job's list and extra_sbatch takes the job's value.
-    coordinator_sbatch: list[str] = field(default_factory=list)
-    worker_sbatch: list[str] = field(default_factory=list)
+    coordinator_sbatch: list[str] = field(default_factory=list, metadata=each(checked_by(_check_sbatch_line)))
+    worker_sbatch: list[str] = field(default_factory=list, metadata=each(checked_by(_check_sbatch_line)))
     # Environment of the coordinator's ranks for their collectives, set before the process group starts
     # (e.g. {NCCL_SOCKET_IFNAME: ib0, NCCL_IB_HCA: mlx5}); names start with NCCL_, TORCH_NCCL_ or GLOO_.
-    nccl_env: dict[str, str] = field(default_factory=dict)
+    nccl_env: dict[str, str] = field(default_factory=dict, metadata=checked_by(_check_nccl_env))
     # Shell lines run in the job before the Python command (module load ..., source venv/bin/activate).
     setup: list[str] = field(default_factory=list)
     # Interpreter the jobs run ("" = the one that runs `wmrl launch`).
     python: str = ""
-    # Slurm sends SIGUSR2 this many seconds before the time limit; the coordinator checkpoints then.
-    signal_delay_s: int = 120
-    # The coordinator also saves on its own once less than this remains of its allocation (counted from
-    # the job's real start time), so a signal that comes late or never still finds a fresh checkpoint.
-    checkpoint_margin_s: float = 300.0
-    # ... and at least this often.
-    checkpoint_every_s: float = 1800.0
     # Times the coordinator may be requeued after a time-out before giving up (preemptions are free).
-    max_requeues: int = 50
+    max_requeues: int = field(default=50, metadata=in_range(0))
     # The coordinator resubmits the worker array when work is queued and no worker task is alive.
     resubmit_workers: bool = True
     # What workers do with a request ("module:factory", wmrl.orchestration.work): the sandbox + grader,
     # or e.g. wmrl.orchestration.work:python_work for a dry run of the plumbing.
-    work: str = "wmrl.orchestration.work:real_work"
+    work: str = field(default="wmrl.orchestration.work:real_work", metadata=checked_by(_check_work))
 
     def worker_slots(self) -> int:
         """Worker slots one Slurm array task runs: ``executions_per_gpu`` on each of its GPUs (1 without GPUs)."""
@@ -183,57 +235,3 @@ class LaunchConfig:
         if line is not None and line[1] < need_mb:
             raise ConfigError(f"{prefix}.worker_sbatch / extra_sbatch {line[0]!r} {holds}; remove the line (the "
                               f"request is derived) or raise it, {lowers}")
-
-    def validate(self, prefix: str = "launch") -> None:
-        check_choice(f"{prefix}.executor", self.executor, EXECUTORS)
-        check_choice(f"{prefix}.mps", self.mps, MPS_MODES)
-        check_range(f"{prefix}.workers", self.workers, 1)
-        for name in ("lease_s", "heartbeat_s", "idle_timeout_s", "poll_min_s", "poll_max_s",
-                     "lock_heartbeat_s", "lock_stale_s", "tmp_max_age_s"):
-            check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
-        check_range(f"{prefix}.max_attempts", self.max_attempts, 1)
-        # Two missed renewals must not expire a live claim or lock.
-        if self.heartbeat_s * 2 > self.lease_s:
-            raise ConfigError(
-                f"{prefix}.heartbeat_s={self.heartbeat_s} must be at most half of "
-                f"{prefix}.lease_s={self.lease_s}"
-            )
-        if self.lock_heartbeat_s * 2 > self.lock_stale_s:
-            raise ConfigError(
-                f"{prefix}.lock_heartbeat_s={self.lock_heartbeat_s} must be at most half of "
-                f"{prefix}.lock_stale_s={self.lock_stale_s}"
-            )
-        if self.poll_min_s > self.poll_max_s:
-            raise ConfigError(
-                f"{prefix}.poll_min_s={self.poll_min_s} exceeds {prefix}.poll_max_s={self.poll_max_s}"
-            )
-        self._validate_slurm(prefix)
-
-    def _validate_slurm(self, prefix: str) -> None:
-        for name in ("coordinator_time_min", "worker_time_min", "coordinator_cpus", "executions_per_gpu"):
-            check_range(f"{prefix}.{name}", getattr(self, name), 1)
-        for name in ("coordinator_gpus", "worker_gpus", "array_parallelism", "signal_delay_s",
-                     "max_requeues", "coordinator_mem_gb", "worker_mem_gb", "worker_cpus", "worker_own_mem_mb"):
-            check_range(f"{prefix}.{name}", getattr(self, name), 0)
-        for name in ("checkpoint_margin_s", "checkpoint_every_s", "coordinator_gpu_memory_gb"):
-            check_range(f"{prefix}.{name}", getattr(self, name), 0.0, low_open=True)
-        check_range(f"{prefix}.coordinator_nodes", self.coordinator_nodes, 1)
-        check_range(f"{prefix}.coordinator_tasks_per_node", self.coordinator_tasks_per_node, 1)
-        for key in ("extra_sbatch", "coordinator_sbatch", "worker_sbatch"):
-            for i, line in enumerate(getattr(self, key)):
-                _check_sbatch_line(f"{prefix}.{key}[{i}]", str(line))
-        for name, value in self.nccl_env.items():
-            if not re.fullmatch(r"(NCCL|TORCH_NCCL|GLOO)_[A-Z0-9_]+", str(name)) or "\n" in str(value):
-                raise ConfigError(
-                    f"{prefix}.nccl_env.{name}={value!r} is not allowed; names are NCCL_*, TORCH_NCCL_* or GLOO_* "
-                    "environment variables (e.g. NCCL_SOCKET_IFNAME: ib0), values one line"
-                )
-        module, _, attr = self.work.partition(":")
-        if not module or not attr:
-            raise ConfigError(f"{prefix}.work={self.work!r} must be 'module:factory', "
-                              "e.g. wmrl.orchestration.work:real_work")
-        if self.signal_delay_s >= self.coordinator_time_min * 60:
-            raise ConfigError(
-                f"{prefix}.signal_delay_s={self.signal_delay_s} must be shorter than "
-                f"{prefix}.coordinator_time_min={self.coordinator_time_min} minutes"
-            )

@@ -6,8 +6,8 @@ preemption): it writes the state of the last finished step and returns the reque
 
 State is saved
 
-- at the start (step 0) and every ``launch.checkpoint_every_s``;
-- after every step once less than ``launch.checkpoint_margin_s`` remains of the allocation, counted
+- at the start (step 0) and every ``launch.timing.checkpoint_every_s``;
+- after every step once less than ``launch.timing.checkpoint_margin_s`` remains of the allocation, counted
   from the job's real start time (``scontrol show job``): a signal that comes late or never still
   finds a fresh checkpoint;
 - on SIGUSR2 (submitit) and on SIGTERM (``scontrol requeue``, ``scancel``, preemption; submitit
@@ -58,6 +58,7 @@ from wmrl.orchestration.slurm import (
 )
 from wmrl.progress import progress_display
 from wmrl.resources import peak_rss_mb
+from wmrl.sft.pipeline import initial_policy_label
 from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, INITIAL_POLICY_TAG, RunTracker, compute_unit
 
 log = logging.getLogger(__name__)
@@ -226,13 +227,14 @@ class Coordinator(submitit.helpers.Checkpointable):
             # Rank 0 joins the learner group now, not when the trainer leads (after the pool, tracking and
             # the initial policy): the followers wait to join inside the group's rendezvous (its 30-minute
             # timeout), then on the call channel, which waits as long as a step takes (learner/channel.py).
+            # torch, only on the ranks of a trainer with learner ranks
             from wmrl.learner.distributed import (
                 init_distributed,  # torch + DeepSpeed: multi-rank runs only
             )
 
             init_distributed()
         handler = _file_log(run)
-        lock = RunLock(run.lock_path, cfg.launch.lock_stale_s, cfg.launch.lock_heartbeat_s)
+        lock = RunLock(run.lock_path, cfg.launch.timing.lock_stale_s, cfg.launch.timing.lock_heartbeat_s)
         lock.acquire()  # RunLockHeld: another live coordinator owns this run
         local: LocalExecutor | None = None
         try:
@@ -269,10 +271,12 @@ class Coordinator(submitit.helpers.Checkpointable):
     def _follow(cfg: WMRLConfig) -> dict[str, Any]:
         """Ranks 1..N-1: repeat rank 0's learner calls until it releases them (wmrl/learner/follower.py),
         with an engine of their own when generation is data-parallel over the ranks."""
+        # torch, only on the ranks of a trainer with learner ranks
         from wmrl.learner.follower import follow
 
         place_generator = None
         if cfg.generation.data_parallel_over(int(os.environ.get("SLURM_NTASKS", "1"))):
+            # torch, only on the ranks of a trainer with learner ranks
             from wmrl.generation.data_parallel import place_on_rank
 
             place_generator = functools.partial(place_on_rank, cfg=cfg.generation, dtype=cfg.model.dtype)
@@ -322,7 +326,7 @@ class Coordinator(submitit.helpers.Checkpointable):
               service: SpoolExecutionService, tracker: RunTracker, progress: bool | None) -> dict[str, Any]:
         bar = progress_display(trainer.total_steps, "steps", "step", initial=trainer.step, show=progress)
 
-        schedule = SaveSchedule(cfg.launch.checkpoint_every_s, cfg.launch.checkpoint_margin_s,
+        schedule = SaveSchedule(cfg.launch.timing.checkpoint_every_s, cfg.launch.timing.checkpoint_margin_s,
                                 allocation_end() if os.environ.get("SLURM_JOB_ID") else None)
         started = time.time()
         first_step = trainer.step
@@ -411,8 +415,6 @@ def open_tracker(cfg: WMRLConfig, run: RunDir) -> Iterator[RunTracker]:
     """The run's MLflow run, best-effort (:mod:`wmrl.tracking.run_tracker`): created on the first
     start (or when the store is first reachable), reattached after a requeue by the id saved in the
     run directory, so one wmrl run is one MLflow run however often it restarts."""
-    from wmrl.sft.pipeline import initial_policy_label
-
     tags = {"wmrl.run_dir": str(run.path), "wmrl.variant": cfg.algorithm.variant,
             "wmrl.executor": cfg.launch.executor, COMPUTE_UNIT_TAG: compute_unit()}
     policy = initial_policy_label(run.path)

@@ -49,7 +49,7 @@ class ExecutedEnvironment:
     def deadline_s(self, n_requests: int) -> float:
         """How long a batch may take: every round of workers may need all its attempts and leases."""
         rounds = math.ceil(n_requests / max(1, self.launch.workers))
-        return rounds * self.launch.max_attempts * (self.timeout_s + self.launch.lease_s) + 60.0
+        return rounds * self.launch.max_attempts * (self.timeout_s + self.launch.timing.lease_s) + 60.0
 
     def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
         if not submissions:

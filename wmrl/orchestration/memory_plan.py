@@ -289,136 +289,217 @@ def _trajectory_tokens(cfg: WMRLConfig) -> tuple[int, int]:
     return tokens, min(tokens, turns * new)
 
 
-def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = "") -> Plan:
-    """The memory plan of ``cfg`` (``counts`` given: skip the meta-device build)."""
-    if counts is None:
-        model, counts = model_counts(cfg)
-    launch, learner, vllm = cfg.launch, cfg.learner, cfg.generation.vllm
-    use_vllm = cfg.generation.backend == "vllm"
-    placement = vllm.placement if use_vllm else "none"
-    nodes, gpn, tasks = launch.coordinator_nodes, launch.coordinator_gpus, launch.coordinator_tasks_per_node
-    gpus = nodes * gpn
-    on_gpu = gpn > 0
-    inference = vllm.inference_gpus if placement == "dedicated" else 0
-    # Every coordinator task is a learner rank (wmrl/learner/follower.py); a dedicated vLLM runs in rank 0's
-    # process on GPUs of rank 0's node that no rank uses.
-    ranks = nodes * tasks
+@dataclass(frozen=True)
+class Layout:
+    """Where the coordinator's processes sit. Every coordinator task is a learner rank
+    (wmrl/learner/follower.py); a dedicated vLLM runs in rank 0's process on GPUs of rank 0's node that
+    no rank uses."""
+
+    nodes: int
+    gpus_per_node: int
+    tasks_per_node: int
+    placement: str  # of vLLM: colocated, dedicated, or none (another generation backend)
+    inference: int  # GPUs of a dedicated vLLM (0 otherwise)
+    tp: int  # vLLM's tensor-parallel size
+
+    @classmethod
+    def of(cls, cfg: WMRLConfig) -> Layout:
+        launch, vllm = cfg.launch, cfg.generation.vllm
+        placement = vllm.placement if cfg.generation.backend == "vllm" else "none"
+        return cls(launch.coordinator_nodes, launch.coordinator_gpus, launch.coordinator_tasks_per_node, placement,
+                   vllm.inference_gpus if placement == "dedicated" else 0, vllm.tensor_parallel_size)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpus_per_node > 0
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def ranks_per_node(self) -> int:
+        return math.ceil(self.ranks / self.nodes)
+
+    @property
+    def engines(self) -> int:
+        """vLLM engines: one per learner GPU (per tp of them) colocated; dedicated, its GPUs' worth."""
+        if not self.on_gpu:
+            return 0
+        if self.placement == "colocated":
+            return self.ranks // self.tp
+        return self.inference // self.tp if self.placement == "dedicated" else 0
+
+
+def _layout_problems(cfg: WMRLConfig, layout: Layout) -> list[str]:
+    """Layouts that cannot run whatever the memory."""
+    vllm, tasks, gpn, inference = cfg.generation.vllm, layout.tasks_per_node, layout.gpus_per_node, layout.inference
     problems: list[str] = []
-    notes: list[str] = []
-    if on_gpu and tasks + inference > gpn:
+    if layout.on_gpu and tasks + inference > gpn:
         problems.append(f"launch.coordinator_tasks_per_node={tasks} learner ranks + generation.vllm.inference_gpus="
                         f"{inference} exceed launch.coordinator_gpus={gpn}: every learner rank and every "
                         "inference GPU needs a GPU of its own")
-    if placement == "dedicated" and inference < 1:
+    if layout.placement == "dedicated" and inference < 1:
         problems.append("generation.vllm.placement=dedicated needs generation.vllm.inference_gpus >= 1")
-    if placement == "dedicated" and vllm.weight_transfer == "ipc":
+    if layout.placement == "dedicated" and vllm.weight_transfer == "ipc":
         problems.append("generation.vllm.weight_transfer=ipc needs the engine on the learner's GPU "
                         "(placement=colocated); dedicated engines take weights over nccl (or auto)")
-    if placement == "colocated" and ranks > 1 and vllm.tensor_parallel_size > 1:
+    if layout.placement == "colocated" and layout.ranks > 1 and layout.tp > 1:
         # The same rule as the launch preflight (check_learner_ranks): one engine on each rank's GPU.
-        problems.append(f"generation.vllm.placement=colocated with {ranks} learner ranks runs one engine per "
-                        f"rank: generation.vllm.tensor_parallel_size={vllm.tensor_parallel_size} needs to be 1")
-    ranks_per_node = math.ceil(ranks / nodes)
-    b = DTYPE_BYTES[learner.precision]
-    n, largest, h = counts.total, counts.largest_layer, counts.hidden_size
+        problems.append(f"generation.vllm.placement=colocated with {layout.ranks} learner ranks runs one engine "
+                        f"per rank: generation.vllm.tensor_parallel_size={layout.tp} needs to be 1")
+    return problems
 
-    # ---- learner phase, one learner GPU
+
+def _vllm_weight_bytes(cfg: WMRLConfig, counts: ParameterCounts) -> int:
+    """The text model's weights only: vLLM starts a vision-language checkpoint text-only, without its vision
+    tower (wmrl/generation/vllm_engine.py TEXT_ONLY), and the counts are the text config's parameters."""
+    return VLLM_DTYPE_BYTES[cfg.generation.vllm.dtype] * counts.total
+
+
+def _reference_bytes(cfg: WMRLConfig, counts: ParameterCounts, layout: Layout) -> tuple[int, int | None]:
+    """The frozen reference (KL) on one learner GPU, and in host memory per node when offloaded (else None).
+    ZeRO-3: a partitioned inference engine; otherwise a full copy per rank."""
+    learner, b = cfg.learner, DTYPE_BYTES[cfg.learner.precision]
+    n, largest = counts.total, counts.largest_layer
+    if learner.kl_coef <= 0:
+        return 0, None
+    if learner.zero_stage == 3 and learner.offload_params:
+        return b * largest, b * n // layout.nodes
+    return ((b * n // layout.ranks + b * largest) if learner.zero_stage == 3 else b * n), None
+
+
+def _activation_bytes(cfg: WMRLConfig, counts: ParameterCounts, seq: int) -> int:
+    """Activations of one micro-batch of ``seq`` tokens: every layer's saved values (checkpointing: its
+    input only), and the layer being back-propagated holds its saved values and their gradients
+    (checkpointing: after recomputing them from its saved input)."""
+    b, h, checkpointing = DTYPE_BYTES[cfg.learner.precision], counts.hidden_size, cfg.learner.gradient_checkpointing
+    layer = (LAYER_VALUES_H * h + LAYER_VALUES_I * counts.intermediate_size) * b * seq
+    saved = counts.num_layers * h * b * seq if checkpointing else counts.num_layers * layer
+    return saved + layer * (2 if checkpointing else 1)
+
+
+def _learner_phase(
+    cfg: WMRLConfig, counts: ParameterCounts, layout: Layout, tokens: int, generated: int
+) -> tuple[Phase, dict[str, int], dict[str, Any]]:
+    """The learner phase on one learner GPU, its model states by component and DeepSpeed's estimate."""
+    learner, ranks_per_node, tp = cfg.learner, layout.ranks_per_node, layout.tp
     states, ds_cpu, deepspeed = model_states(
-        n, largest, ranks_per_node, nodes, learner.zero_stage, learner.precision, learner.optimizer,
-        learner.offload_optimizer, learner.offload_params)
+        counts.total, counts.largest_layer, ranks_per_node, layout.nodes, learner.zero_stage, learner.precision,
+        learner.optimizer, learner.offload_optimizer, learner.offload_params)
     gpu = dict(states)
     host = {"model_states": ds_cpu}
-    reference = 0
-    if learner.kl_coef > 0:  # ZeRO-3: a partitioned inference engine; otherwise a full copy per rank
-        reference = (b * n // ranks + b * largest) if learner.zero_stage == 3 else b * n
-        if learner.zero_stage == 3 and learner.offload_params:
-            host["reference"] = b * n // nodes
-            reference = b * largest
-    gpu["reference"] = reference
-    tokens, generated = _trajectory_tokens(cfg)
-    micro = min(learner.micro_batch_size, math.ceil(cfg.algorithm.groups_per_step * cfg.algorithm.group_size / ranks))
-    seq = micro * tokens
-    layer = (LAYER_VALUES_H * h + LAYER_VALUES_I * counts.intermediate_size) * b * seq
-    # The layer being back-propagated holds its saved values and their gradients (checkpointing: after
-    # recomputing them from its saved input).
-    gpu["activations"] = (counts.num_layers * h * b * seq if learner.gradient_checkpointing
-                          else counts.num_layers * layer) + layer * (2 if learner.gradient_checkpointing else 1)
+    gpu["reference"], reference_host = _reference_bytes(cfg, counts, layout)
+    if reference_host is not None:
+        host["reference"] = reference_host
+    micro = min(learner.micro_batch_size,
+                math.ceil(cfg.algorithm.groups_per_step * cfg.algorithm.group_size / layout.ranks))
+    gpu["activations"] = _activation_bytes(cfg, counts, micro * tokens)
     chunk = min(learner.loss_chunk_tokens, micro * generated)
-    gpu["loss_head"] = loss_head_bytes(chunk, micro * generated, counts.vocab_size, h, learner.precision)
-    engines = 0
-    # The text model's weights only: vLLM starts a vision-language checkpoint text-only, without its vision
-    # tower (wmrl/generation/vllm_engine.py TEXT_ONLY), and n counts the text config's parameters.
-    weights_16 = VLLM_DTYPE_BYTES[vllm.dtype] * n
-    tp = vllm.tensor_parallel_size
-    if on_gpu:
+    gpu["loss_head"] = loss_head_bytes(chunk, micro * generated, counts.vocab_size, counts.hidden_size,
+                                       learner.precision)
+    if layout.on_gpu:
         # On the CPU the bucket is allocated but never touched beyond the gradients' size: no resident pages.
         bucket = gradient_bucket_bytes(learner.zero_stage, learner.precision, learner.grad_accum_dtype)
         if bucket:
             gpu["gradient_bucket"] = bucket
         gpu["runtime"] = RUNTIME_BYTES
-        if placement == "colocated":
+        if layout.placement == "colocated":
             gpu["generator_asleep"] = RUNTIME_BYTES  # level 1: weights on the host, KV cache freed
-            engines = ranks // tp  # one engine per learner GPU (per tp of them)
-            if vllm.sleep_level == 1:
-                host["generator_weights_asleep"] = (ranks_per_node // tp) * weights_16 // tp
+            if cfg.generation.vllm.sleep_level == 1:
+                host["generator_weights_asleep"] = (ranks_per_node // tp) * _vllm_weight_bytes(cfg, counts) // tp
             # DeepSpeed's offload_states pins host buffers for the states and keeps them after
             # reload_states (stage3.py: hp_params_pin_buffers, lp_param_contiguous_pin_buffer, ...; freed
             # only by destroy()): they stay in host memory while the learner trains.
             host["learner_states_pinned"] = ranks_per_node * sum(states.values())
-        elif placement == "dedicated":
-            engines = inference // tp
-    host["processes"] = PROCESS_HOST_BYTES * (ranks_per_node + (ranks_per_node // tp if placement == "colocated" else 0)
-                                              + (math.ceil(engines / nodes) if placement == "dedicated" else 0))
-    learner_phase = Phase(gpu, host, "learner GPU" if on_gpu else "CPU (launch.coordinator_gpus=0)")
+    colocated, dedicated = layout.placement == "colocated", layout.placement == "dedicated"
+    host["processes"] = PROCESS_HOST_BYTES * (ranks_per_node + (ranks_per_node // tp if colocated else 0)
+                                              + (math.ceil(layout.engines / layout.nodes) if dedicated else 0))
+    role = "learner GPU" if layout.on_gpu else "CPU (launch.coordinator_gpus=0)"
+    return Phase(gpu, host, role), states, deepspeed
 
-    # ---- generation phase, one vLLM GPU
-    generation = None
-    kv_needed = 0
-    trajectories = cfg.algorithm.groups_per_step * cfg.algorithm.group_size
-    if use_vllm and on_gpu and engines > 0:
-        budget = int(vllm.gpu_memory_utilization * launch.coordinator_gpu_memory_gb * GIB)
-        per_engine = math.ceil(trajectories / engines)
-        kv_needed = per_engine * (vllm.max_model_len * counts.kv_bytes_per_token + counts.state_bytes_per_sequence) // tp
-        gen_gpu = {"generator_weights": weights_16 // tp, "generator_runtime": RUNTIME_BYTES}
-        gen_gpu["kv_cache"] = max(budget - gen_gpu["generator_weights"] - RUNTIME_BYTES, 0)
-        gen_host = {"processes": host["processes"], "model_states": ds_cpu} | (
-            {"reference": host["reference"]} if "reference" in host else {})
-        if placement == "colocated":  # the learner's states wait in host memory while vLLM generates
-            gen_gpu["learner_asleep"] = RUNTIME_BYTES
-            moved = sum(states.values()) + reference
-            gen_host["learner_states_offloaded"] = ranks_per_node * moved
-        generation = Phase(gen_gpu, gen_host, "vLLM GPU" + (" (= every learner GPU)" if placement == "colocated" else ""))
-        if kv_needed > gen_gpu["kv_cache"]:
-            problems.append(
-                f"generation: the KV cache of {per_engine} trajectories per engine at "
-                f"generation.vllm.max_model_len={vllm.max_model_len} needs {_gb(kv_needed)} GB, vLLM's pool at "
-                f"generation.vllm.gpu_memory_utilization={vllm.gpu_memory_utilization} is {_gb(gen_gpu['kv_cache'])} GB")
-    elif use_vllm and not on_gpu:
-        notes.append("generation.backend=vllm needs GPUs: launch.coordinator_gpus=0")
-    if cfg.world_model.backend == "in_process" and use_vllm:
-        notes.append("world_model.backend=in_process: the world model's own vLLM engine is not counted")
 
-    gpu_memory = int(launch.coordinator_gpu_memory_gb * GIB) if on_gpu else None
-    host_memory = int(launch.coordinator_mem_gb * GIB) if launch.coordinator_mem_gb > 0 else None
+def _generation_phase(
+    cfg: WMRLConfig, counts: ParameterCounts, layout: Layout, learner_phase: Phase, states: dict[str, int]
+) -> tuple[Phase | None, int, list[str]]:
+    """The generation phase on one vLLM GPU (None without vLLM engines), the KV cache the step's
+    trajectories need, and the problem when vLLM's pool is smaller."""
+    vllm, tp = cfg.generation.vllm, layout.tp
+    if not (cfg.generation.backend == "vllm" and layout.on_gpu and layout.engines > 0):
+        return None, 0, []
+    budget = int(vllm.gpu_memory_utilization * cfg.launch.coordinator_gpu_memory_gb * GIB)
+    per_engine = math.ceil(cfg.algorithm.groups_per_step * cfg.algorithm.group_size / layout.engines)
+    kv_needed = per_engine * (vllm.max_model_len * counts.kv_bytes_per_token + counts.state_bytes_per_sequence) // tp
+    gpu = {"generator_weights": _vllm_weight_bytes(cfg, counts) // tp, "generator_runtime": RUNTIME_BYTES}
+    gpu["kv_cache"] = max(budget - gpu["generator_weights"] - RUNTIME_BYTES, 0)
+    learner_host = learner_phase.host
+    host = {"processes": learner_host["processes"], "model_states": learner_host["model_states"]} | (
+        {"reference": learner_host["reference"]} if "reference" in learner_host else {})
+    if layout.placement == "colocated":  # the learner's states wait in host memory while vLLM generates
+        gpu["learner_asleep"] = RUNTIME_BYTES
+        moved = sum(states.values()) + learner_phase.gpu["reference"]
+        host["learner_states_offloaded"] = layout.ranks_per_node * moved
+    generation = Phase(gpu, host, "vLLM GPU" + (" (= every learner GPU)" if layout.placement == "colocated" else ""))
+    if kv_needed <= gpu["kv_cache"]:
+        return generation, kv_needed, []
+    return generation, kv_needed, [(
+        f"generation: the KV cache of {per_engine} trajectories per engine at "
+        f"generation.vllm.max_model_len={vllm.max_model_len} needs {_gb(kv_needed)} GB, vLLM's pool at "
+        f"generation.vllm.gpu_memory_utilization={vllm.gpu_memory_utilization} is {_gb(gpu['kv_cache'])} GB"
+    )]
+
+
+def _fit_problems(cfg: WMRLConfig, phases: list[Phase], gpu_memory: int | None, host_memory: int | None) -> list[str]:
+    """Phases that need more than the GPU (less the headroom) or the node's requested host memory."""
+    launch, problems = cfg.launch, []
     if gpu_memory is not None:
-        for phase, name in ((learner_phase, "learner"), (generation, "generation")):
-            if phase is not None and phase.gpu_total > HEADROOM * gpu_memory:
+        for phase, name in zip(phases, ("learner", "generation")):
+            if phase.gpu_total > HEADROOM * gpu_memory:
                 top = sorted(phase.gpu.items(), key=lambda kv: -kv[1])[:3]
                 problems.append(f"{name} phase needs {_gb(phase.gpu_total)} GB per {phase.gpu_role}, more than "
                                 f"{HEADROOM:.0%} of launch.coordinator_gpu_memory_gb={launch.coordinator_gpu_memory_gb} "
                                 f"(largest: {', '.join(f'{k} {_gb(v)} GB' for k, v in top)})")
-    phases = [p for p in (learner_phase, generation) if p is not None]
     if host_memory is not None:
         worst = max(phases, key=lambda p: p.host_total)
         if worst.host_total > host_memory:
             problems.append(f"{HOST_PROBLEM}: {_gb(worst.host_total)} GB needed, more than "
                             f"launch.coordinator_mem_gb={launch.coordinator_mem_gb}")
-    else:
+    return problems
+
+
+def _notes(cfg: WMRLConfig, layout: Layout, host_memory: int | None) -> list[str]:
+    """What the plan does not count or check."""
+    use_vllm, notes = cfg.generation.backend == "vllm", []
+    if use_vllm and not layout.on_gpu:
+        notes.append("generation.backend=vllm needs GPUs: launch.coordinator_gpus=0")
+    if cfg.world_model.backend == "in_process" and use_vllm:
+        notes.append("world_model.backend=in_process: the world model's own vLLM engine is not counted")
+    if host_memory is None:
         notes.append("launch.coordinator_mem_gb=0 (not requested): host memory is not checked")
-    return Plan(checkpoint=checkpoint_cost(cfg, n, ranks), model=model, counts=counts, gpu_memory=gpu_memory, host_memory=host_memory, nodes=nodes,
-                gpus=gpus, learner_ranks=ranks, placement=placement, engines=engines, tokens=tokens,
-                generated=generated, trajectories=trajectories, learner=learner_phase, generation=generation,
-                kv_cache_needed=kv_needed, deepspeed=deepspeed, problems=problems, notes=notes)
+    return notes
+
+
+def plan(cfg: WMRLConfig, counts: ParameterCounts | None = None, model: str = "") -> Plan:
+    """The memory plan of ``cfg`` (``counts`` given: skip the meta-device build): the layout, the learner
+    phase, the generation phase, and whether each fits the GPU and the node's host memory."""
+    if counts is None:
+        model, counts = model_counts(cfg)
+    launch, layout = cfg.launch, Layout.of(cfg)
+    tokens, generated = _trajectory_tokens(cfg)
+    learner_phase, states, deepspeed = _learner_phase(cfg, counts, layout, tokens, generated)
+    generation, kv_needed, kv_problems = _generation_phase(cfg, counts, layout, learner_phase, states)
+    phases = [p for p in (learner_phase, generation) if p is not None]
+    gpu_memory = int(launch.coordinator_gpu_memory_gb * GIB) if layout.on_gpu else None
+    host_memory = int(launch.coordinator_mem_gb * GIB) if launch.coordinator_mem_gb > 0 else None
+    problems = _layout_problems(cfg, layout) + kv_problems + _fit_problems(cfg, phases, gpu_memory, host_memory)
+    return Plan(
+        checkpoint=checkpoint_cost(cfg, counts.total, layout.ranks), model=model, counts=counts,
+        gpu_memory=gpu_memory, host_memory=host_memory, nodes=layout.nodes, gpus=layout.nodes * layout.gpus_per_node,
+        learner_ranks=layout.ranks, placement=layout.placement, engines=layout.engines, tokens=tokens,
+        generated=generated, trajectories=cfg.algorithm.groups_per_step * cfg.algorithm.group_size,
+        learner=learner_phase, generation=generation, kv_cache_needed=kv_needed, deepspeed=deepspeed,
+        problems=problems, notes=_notes(cfg, layout, host_memory),
+    )
 
 
 def checkpoint_cost(cfg: WMRLConfig, n: int, ranks: int) -> dict[str, Any]:

@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 
 from wmrl.config import ConfigError, WMRLConfig
+from wmrl.orchestration.memory_plan import model_config_source, plan_with_fixes
 from wmrl.orchestration.registry import TRAINERS, trainer_factory, trainer_spec
+from wmrl.sandbox import SandboxError, make_backend
+from wmrl.tasks.layouts import LoadOptions
+from wmrl.tasks.pool import load_pool
+from wmrl.tasks.task import TaskError
 
 # Kernel filesystems: writable-looking, but nothing a run directory can live on.
 VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -54,9 +59,6 @@ def check_tasks_root(cfg: WMRLConfig) -> None:
     """A configured ``tasks.root`` loads as a task pool (the built-in default is built on first use)."""
     if not cfg.tasks.root:
         return
-    from wmrl.tasks.layouts import LoadOptions
-    from wmrl.tasks.pool import load_pool
-    from wmrl.tasks.task import TaskError
 
     try:  # as the coordinator and workers will load it: MLE-bench/MLE-Dojo pools need competitions_dir
         load_pool(Path(cfg.tasks.root).expanduser(), cfg.tasks.split, LoadOptions.from_config(cfg.tasks))
@@ -68,7 +70,6 @@ def check_sandbox(cfg: WMRLConfig) -> None:
     """The sandbox the workers will use exists (only when they run the sandbox: ``launch.work``)."""
     if cfg.launch.work != SANDBOX_WORK:
         return
-    from wmrl.sandbox import SandboxError, make_backend
 
     if cfg.sandbox.backend == "apptainer":
         # The image lives on shared storage the login node sees; the apptainer binary may exist on
@@ -113,7 +114,6 @@ def check_memory_plan(cfg: WMRLConfig) -> None:
     or model.path's config.json on this machine)."""
     if cfg.launch.coordinator_gpus == 0 or not trainer_spec(cfg.trainer).gpu_memory_plan:
         return
-    from wmrl.orchestration.memory_plan import model_config_source, plan_with_fixes
 
     try:
         model_config_source(cfg)

@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,27 +169,33 @@ def config_diff(stored_yaml: str, new_yaml: str) -> str:
     return "; ".join(parts) or "same values, different text"
 
 
-def config_mismatch(run: RunDir, config_yaml: str) -> str | None:
-    """Why ``config_yaml`` cannot (re)start the run at ``run`` (None: new run, or the same config)."""
+def config_mismatch(run: RunDir, config_yaml: str, normalise: Callable[[str], str] | None = None) -> str | None:
+    """Why ``config_yaml`` cannot (re)start the run at ``run`` (None: new run, or the same config).
+
+    ``normalise``: the stored text as this version writes it (loaded and written again), so that a run
+    created before a key moved (``launch.lease_s`` -> ``launch.timing.lease_s``) still relaunches.
+    """
     try:
         stored = run.config_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    if stored == config_yaml:
+    if stored == config_yaml or (normalise is not None and normalise(stored) == config_yaml):
         return None
     return (f"{run.config_path} exists with a different config ({config_diff(stored, config_yaml)}); a run's config "
             f"cannot change: relaunch with the same overrides (or `wmrl launch {run.path}`), or use a new run_name")
 
 
-def create_run_dir(path: str | Path, config_yaml: str, group: str = "") -> RunDir:
+def create_run_dir(path: str | Path, config_yaml: str, group: str = "",
+                   normalise: Callable[[str], str] | None = None) -> RunDir:
     """Create (or reopen, on a restart) a run directory; record this start in the manifest.
 
     ``config_yaml`` is the resolved config (``wmrl.config.to_yaml(cfg)``). On reopen it must match the
-    stored one: a run's config never changes under it. ``group``: the Unix group that shares the
+    stored one (as ``normalise`` rewrites it, see :func:`config_mismatch`): a run's config never changes
+    under it; the stored file is never rewritten. ``group``: the Unix group that shares the
     run directory (setgid, see :func:`wmrl.io.share_with_group`).
     """
     run = RunDir(Path(path))
-    mismatch = config_mismatch(run, config_yaml)
+    mismatch = config_mismatch(run, config_yaml, normalise)
     if mismatch:
         raise ValueError(mismatch)
     run.ensure_layout()

@@ -86,8 +86,8 @@ class SpoolExecutionService:
         self.run_dir = run
         self.launch = launch
         self.name = name
-        self.spool = Spool(run, launch.max_attempts, launch.tmp_max_age_s)
-        self.watch = LeaseWatch(launch.lease_s)
+        self.spool = Spool(run, launch.max_attempts, launch.timing.tmp_max_age_s)
+        self.watch = LeaseWatch(launch.timing.lease_s)
         self._requests: dict[str, ExecutionRequest] = {}
         self._done: dict[str, ExecutionOutcomeRecord] = {}
         self._quarantined: Counter[str] = Counter()
@@ -106,7 +106,7 @@ class SpoolExecutionService:
     def wait(self, request_ids: Iterable[str], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]:
         wanted = list(dict.fromkeys(request_ids))
         deadline = time.monotonic() + max(0.0, timeout_s)
-        poll = self.launch.poll_min_s
+        poll = self.launch.timing.poll_min_s
         while True:
             arrived = self._collect([rid for rid in wanted if rid not in self._done])
             now = time.monotonic()
@@ -116,7 +116,7 @@ class SpoolExecutionService:
             if now - self._last_sweep > SWEEP_EVERY_S:
                 self.spool.sweep_tmp()
                 self._last_sweep = now
-            poll = self.launch.poll_min_s if arrived else min(poll * 2, self.launch.poll_max_s)
+            poll = self.launch.timing.poll_min_s if arrived else min(poll * 2, self.launch.timing.poll_max_s)
             time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
         return {rid: self._done[rid] for rid in wanted if rid in self._done}
 
@@ -161,7 +161,7 @@ class SpoolExecutionService:
     def stats(self) -> ServiceStats:
         counts = self.spool.counts()
         return ServiceStats(counts["queued"], counts["claimed"], counts["done"], counts["quarantined"],
-                            live_workers(self.run_dir, self.launch.lease_s), throughput_per_min(self.spool))
+                            live_workers(self.run_dir, self.launch.timing.lease_s), throughput_per_min(self.spool))
 
 
 def live_workers(run: RunDir, lease_s: float) -> int:

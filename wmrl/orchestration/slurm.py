@@ -35,6 +35,9 @@ from wmrl.config_checks import ConfigError
 from wmrl.io import atomic_write_json, read_json
 from wmrl.orchestration.gpu_share import array_tasks, slots_per_task, visible_gpus
 from wmrl.orchestration.rundir import RunDir
+from wmrl.orchestration.service import LocalExecutor
+from wmrl.orchestration.work import load_work
+from wmrl.orchestration.worker import Worker, default_worker_id, worker_log_handler
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +136,7 @@ def job_resources(cfg: WMRLConfig, role: str) -> dict[str, Any]:
     else:  # derived from the executions its slots hold unless set (LaunchConfig.worker_task_request)
         mem_mb, resources["cpus_per_task"] = launch.worker_task_request(cfg.sandbox.memory_mb, cfg.sandbox.threads)
         resources["mem"] = f"{mem_mb}MB"
-    resources["time"] = launch.coordinator_time_min if coordinator else launch.worker_time_min
+    resources["time"] = launch.timing.coordinator_time_min if coordinator else launch.timing.worker_time_min
     for key, value in (("partition", launch.partition), ("account", launch.account), ("qos", launch.qos)):
         if value:
             resources[key] = value
@@ -167,7 +170,7 @@ def slurm_executor(cfg: WMRLConfig, run: RunDir, role: str) -> Any:
     coordinator = role == COORDINATOR
     params: dict[str, Any] = {
         "job_name": f"wmrl-{'coord' if coordinator else 'work'}-{run.run_id}",
-        "signal_delay_s": launch.signal_delay_s,
+        "signal_delay_s": launch.timing.signal_delay_s,
         "setup": list(launch.setup),
         "additional_parameters": job_sbatch_options(cfg, role),
         **job_resources(cfg, role),
@@ -179,7 +182,7 @@ def slurm_executor(cfg: WMRLConfig, run: RunDir, role: str) -> Any:
     else:
         # Workers stop on SIGUSR1 (release the claim, exit 0): ask Slurm for that one before the time
         # limit instead of submitit's SIGUSR2, which would requeue a non-checkpointable task.
-        params["additional_parameters"]["signal"] = f"USR1@{launch.signal_delay_s}"
+        params["additional_parameters"]["signal"] = f"USR1@{launch.timing.signal_delay_s}"
         if launch.array_parallelism:
             params["array_parallelism"] = launch.array_parallelism
     executor.update_parameters(**params)
@@ -224,9 +227,6 @@ def submit_workers(cfg: WMRLConfig, run: RunDir, n_tasks: int | None = None) -> 
 
 def run_worker_task(run_dir: str, work: str) -> dict[str, Any]:
     """Body of one array task: the spool worker loop (``wmrl worker RUN_DIR --work WORK``)."""
-    from wmrl.orchestration.work import load_work
-    from wmrl.orchestration.worker import Worker, default_worker_id, worker_log_handler
-
     run = RunDir.open(run_dir)
     cfg = load_config(run.config_path)
     worker_id = default_worker_id()
@@ -243,8 +243,6 @@ def run_worker_task(run_dir: str, work: str) -> dict[str, Any]:
 def run_worker_slots(run: RunDir, cfg: WMRLConfig, work: str, task_id: str) -> dict[str, Any]:
     """An array task whose GPUs several executions share: one ``wmrl worker`` process per slot, each on
     its GPU and told its share; Slurm's stop signals are passed on, so each slot releases its claim."""
-    from wmrl.orchestration.service import LocalExecutor
-
     slots = LocalExecutor(run, slots_per_task(cfg.launch), work=work, executions_per_gpu=cfg.launch.executions_per_gpu,
                           worker_id_prefix=task_id, mps=cfg.launch.mps)
     stop = threading.Event()

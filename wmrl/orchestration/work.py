@@ -24,8 +24,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from wmrl.config import load_config
+from wmrl.execution import execute_and_grade
 from wmrl.orchestration.records import ExecutionRequest
 from wmrl.orchestration.rundir import RunDir
+from wmrl.sandbox import limits_from_config, make_backend
+from wmrl.tasks.layouts import LoadOptions
+from wmrl.tasks.pool import load_pool, resolve_pool_root
 
 WorkFn = Callable[[ExecutionRequest], dict[str, Any]]
 WorkFactory = Callable[[RunDir], WorkFn]
@@ -50,21 +55,13 @@ def real_work(run: RunDir) -> WorkFn:
     Payload: ``ExecutionOutcome.to_dict()`` plus ``score`` (the position score). Infrastructure
     failures (sandbox cannot start, broken task) raise, so the worker retries the request.
     """
-    from wmrl.config import load_config
-
     return config_work(load_config(run.config_path), run.run_id)
 
 
 def config_work(cfg: Any, run_id: str) -> WorkFn:
     """:func:`real_work` for a config without a run directory (``wmrl eval`` of a model directory)."""
-    # Imported here: workers that run a test executor must not need the sandbox/grading stack.
-    from wmrl.execution import execute_and_grade
-    from wmrl.sandbox import limits_from_config, make_backend
-    from wmrl.tasks.layouts import LoadOptions
-    from wmrl.tasks.pool import load_pool, resolve_pool_root
-
     backend = make_backend(cfg.sandbox)
-    root = resolve_pool_root(cfg.tasks.root)
+    root = resolve_pool_root(cfg.tasks)
     tasks = {task.task_id: task for task in load_pool(root, "all", LoadOptions.from_config(cfg.tasks))}
     base_limits = limits_from_config(cfg.sandbox)
     max_bytes = int(cfg.tasks.max_submission_mb * 2**20)

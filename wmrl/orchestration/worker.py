@@ -65,9 +65,9 @@ class Worker:
         self.work = work
         self.launch = launch
         self.worker_id = check_id("worker_id", worker_id or default_worker_id())
-        self.idle_timeout_s = launch.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
-        self.spool = Spool(run, launch.max_attempts, launch.tmp_max_age_s)
-        self.watch = LeaseWatch(launch.lease_s)
+        self.idle_timeout_s = launch.timing.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
+        self.spool = Spool(run, launch.max_attempts, launch.timing.tmp_max_age_s)
+        self.watch = LeaseWatch(launch.timing.lease_s)
         self.counts = {"done": 0, "errors": 0, "dropped": 0, "duplicates": 0, "released": 0}
         self.exit_reason = ""
         self._stop = threading.Event()
@@ -103,7 +103,7 @@ class Worker:
         return 0
 
     def _loop(self) -> None:
-        poll = self.launch.poll_min_s
+        poll = self.launch.timing.poll_min_s
         idle_since = time.monotonic()
         last_sweep = last_health = 0.0
         dead_since: float | None = None
@@ -114,21 +114,21 @@ class Worker:
             claim = self.spool.claim_next(self.worker_id)
             if claim is not None:
                 self._process(claim)
-                poll = self.launch.poll_min_s
+                poll = self.launch.timing.poll_min_s
                 idle_since = time.monotonic()
                 continue
             if time.monotonic() - idle_since >= self.idle_timeout_s:
                 self.exit_reason = f"idle for {self.idle_timeout_s:.0f} s"
                 return
-            if time.monotonic() - last_health >= self.launch.lock_heartbeat_s:
+            if time.monotonic() - last_health >= self.launch.timing.lock_heartbeat_s:
                 last_health = time.monotonic()
-                health = coordinator_health(self.run_dir, self.launch.lock_stale_s)
+                health = coordinator_health(self.run_dir, self.launch.timing.lock_stale_s)
                 dead_since = (dead_since or time.monotonic()) if health.state == "dead" else None
                 # The coordinator that was alive while this worker ran crashed or was killed: free
                 # the allocation now, not after idle_timeout_s. A death older than this worker may
                 # be an earlier incarnation that a relaunch is taking over: give it lock_stale_s.
                 if dead_since is not None and ((health.last_seen or 0.0) >= self._started_at
-                                               or time.monotonic() - dead_since >= self.launch.lock_stale_s):
+                                               or time.monotonic() - dead_since >= self.launch.timing.lock_stale_s):
                     self.exit_reason = f"no live coordinator ({health.detail})"
                     return
             self.spool.reclaim_expired(self.watch, by=self.worker_id)
@@ -136,7 +136,7 @@ class Worker:
                 self.spool.sweep_tmp()
                 last_sweep = time.monotonic()
             self._stop.wait(poll)
-            poll = min(poll * 2, self.launch.poll_max_s)
+            poll = min(poll * 2, self.launch.timing.poll_max_s)
         self.exit_reason = self.exit_reason or "stop requested"
 
     def _process(self, claim: Claim) -> None:
@@ -187,7 +187,7 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         lost: str | None = None
-        while not self._stop.wait(self.launch.heartbeat_s):
+        while not self._stop.wait(self.launch.timing.heartbeat_s):
             claim = self._current
             if claim is not None and not self.spool.renew(claim) and lost != claim.request.request_id:
                 lost = claim.request.request_id

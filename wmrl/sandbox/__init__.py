@@ -6,24 +6,21 @@ result = backend.run(code, public_dir, work_dir, limits_from_config(cfg.sandbox)
 
 from __future__ import annotations
 
+from wmrl.sandbox.apptainer import ApptainerBackend
 from wmrl.sandbox.base import STATUSES, ExecutionResult, SandboxBackend, SandboxLimits
+from wmrl.sandbox.bwrap import BwrapBackend
 from wmrl.sandbox.config import BACKENDS, SandboxConfig, limits_from_config
 from wmrl.sandbox.runspec import SUBMISSION_NAME, SandboxError
+from wmrl.sandbox.subprocess_backend import SubprocessBackend
 
 
 def make_backend(cfg: SandboxConfig) -> SandboxBackend:
     """The backend named by ``cfg.backend`` (validated: a bad name is a ``ConfigError``)."""
     cfg.validate()
     if cfg.backend == "bwrap":
-        from wmrl.sandbox.bwrap import BwrapBackend
-
         return BwrapBackend(cfg)
     if cfg.backend == "apptainer":
-        from wmrl.sandbox.apptainer import ApptainerBackend
-
         return ApptainerBackend(cfg)
-    from wmrl.sandbox.subprocess_backend import SubprocessBackend
-
     return SubprocessBackend(cfg)
 
 

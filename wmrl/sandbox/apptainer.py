@@ -28,24 +28,21 @@ import os
 import shutil
 from pathlib import Path
 
-from wmrl.sandbox.base import ExecutionResult, SandboxLimits
+from wmrl.sandbox.base import SandboxLimits
 from wmrl.sandbox.config import SandboxConfig
-from wmrl.sandbox.limits import ProcSelector
 from wmrl.sandbox.runspec import (
     BASE_PATH,
     SANDBOX_MOUNTS,
+    Command,
+    Execution,
+    Mounts,
     SandboxError,
-    StartedPipe,
-    fill_scratch,
+    SupervisedBackend,
     gpu_env,
-    make_scratch,
+    launcher_argv,
     mps_pipe,
-    prepare_work_dir,
-    resolve_dirs,
     sandbox_env,
-    to_result,
 )
-from wmrl.sandbox.supervise import supervise
 
 # Host variables apptainer reads on its own; none may reach it (prefixes and exact names).
 SCRUBBED_PREFIXES = ("APPTAINER", "SINGULARITY")
@@ -101,13 +98,16 @@ def build_argv(
     argv += ["--pwd", m.work]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
-    argv += [image, python, "-s", "-B", f"{m.scratch_in}/launcher.py", f"{m.scratch_in}/spec.json"]
+    argv += [image, *launcher_argv(python, m)]
     return argv
 
 
-class ApptainerBackend:
+class ApptainerBackend(SupervisedBackend):
     name = "apptainer"
     revision = 1
+    # Whether apptainer hands inherited descriptors through depends on its version and set-up: a
+    # missing start signal means "unknown" here, never a sandbox failure.
+    missing_start_is_failure = False
 
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg = cfg
@@ -125,30 +125,17 @@ class ApptainerBackend:
             )
         return found
 
-    def run(
-        self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
-    ) -> ExecutionResult:
-        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
+    def _start(self, public_dir: Path) -> tuple[str, int | None]:
         if not Path(self.image).is_file():
             raise SandboxError(f"sandbox.apptainer_image={self.image!r} does not exist")
-        apptainer = self._apptainer()
-        prepare_work_dir(work_dir, uid=None)
-        pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
-        try:
-            fill_scratch(scratch, code, SANDBOX_MOUNTS, limits, None, pipe.write_fd)
-            env = sandbox_env(SANDBOX_MOUNTS, self.cfg.threads, path=IMAGE_PATH)
-            env.update(gpu_env(limits))
-            argv = build_argv(
-                apptainer, self.image, self.python, public_dir, work_dir, scratch.inp, scratch.out,
-                scratch.tmp, scratch.shm, limits, list(self.cfg.extra_binds), env,
-            )  # fmt: skip
-            outcome = supervise(
-                argv, host_env(), limits, lambda pid: ProcSelector(root=pid), (pipe.write_fd,),
-                writable=(work_dir, scratch.out, scratch.tmp, scratch.shm),
-            )  # fmt: skip
-            # Whether apptainer hands inherited descriptors through depends on its version and
-            # set-up: a missing start signal means "unknown" here, never a sandbox failure.
-            return to_result(outcome, self.name, work_dir, scratch, pipe.started() or None)
-        finally:
-            pipe.close()
-            scratch.remove()
+        return self._apptainer(), None
+
+    def _command(self, program: str, execution: Execution, mounts: Mounts) -> Command:
+        env = sandbox_env(mounts, self.cfg.threads, path=IMAGE_PATH)
+        env.update(gpu_env(execution.limits))
+        scratch = execution.scratch
+        argv = build_argv(
+            program, self.image, self.python, execution.public_dir, execution.work_dir, scratch.inp,
+            scratch.out, scratch.tmp, scratch.shm, execution.limits, list(self.cfg.extra_binds), env,
+        )  # fmt: skip
+        return Command(argv, host_env(), writable=(execution.work_dir, scratch.out, scratch.tmp, scratch.shm))

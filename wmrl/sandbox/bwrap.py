@@ -22,25 +22,23 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from wmrl.sandbox.base import ExecutionResult, SandboxLimits
+from wmrl.sandbox.base import SandboxLimits
 from wmrl.sandbox.bwrap_binary import check_bwrap, find_bwrap, namespace_args
 from wmrl.sandbox.config import SandboxConfig
-from wmrl.sandbox.limits import ProcSelector, fresh_uid
+from wmrl.sandbox.limits import fresh_uid
 from wmrl.sandbox.runspec import (
     BASE_PATH,
     SANDBOX_MOUNTS,
+    Command,
+    Execution,
+    Mounts,
     SandboxError,
-    StartedPipe,
-    fill_scratch,
+    SupervisedBackend,
     gpu_env,
-    make_scratch,
+    launcher_argv,
     mps_pipe,
-    prepare_work_dir,
-    resolve_dirs,
     sandbox_env,
-    to_result,
 )
-from wmrl.sandbox.supervise import supervise
 
 ETC_FILES = (
     "ld.so.cache",
@@ -209,12 +207,12 @@ def build_argv(
         "--ro-bind", str(scratch_in), m.scratch_in,
         "--bind", str(scratch_out), m.scratch_out,
         "--chdir", m.work,
-        python.executable, "-s", "-B", f"{m.scratch_in}/launcher.py", f"{m.scratch_in}/spec.json",
+        *launcher_argv(python.executable, m),
     ]  # fmt: skip
     return argv
 
 
-class BwrapBackend:
+class BwrapBackend(SupervisedBackend):
     name = "bwrap"
     revision = 2  # 2: the Python installation at /opt/python, /opt/venv
 
@@ -230,10 +228,7 @@ class BwrapBackend:
         """Which bwrap runs the sandbox (the runtime probe prints it)."""
         return self.binary.describe(self.version)
 
-    def run(
-        self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
-    ) -> ExecutionResult:
-        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
+    def _start(self, public_dir: Path) -> tuple[str, int | None]:
         as_root = os.geteuid() == 0
         if as_root and not public_dir.stat().st_mode & 0o005 == 0o005:
             raise SandboxError(
@@ -241,35 +236,23 @@ class BwrapBackend:
                 f"{public_dir.stat().st_mode & 0o777:o}); the solution runs as an unprivileged uid: "
                 f"chmod -R o+rX {public_dir}"
             )
-        uid = fresh_uid() if as_root else None
-        prepare_work_dir(work_dir, uid)
-        pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
-        try:
-            fill_scratch(scratch, code, SANDBOX_MOUNTS, limits, uid, pipe.write_fd)
-            if self.python.pyvenv_cfg is not None:
-                (scratch.inp / "pyvenv.cfg").write_text(self.python.pyvenv_cfg)
-            env = sandbox_env(
-                SANDBOX_MOUNTS, self.cfg.threads, path=f"{self.python.bin_dir}:{BASE_PATH}"
-            )
-            if self.python.library_dir:
-                env["LD_LIBRARY_PATH"] = self.python.library_dir
-            env.update(gpu_env(limits))
-            argv = build_argv(
-                self.binary.path, self.python, public_dir, work_dir, scratch.inp, scratch.out, limits,
-                list(self.cfg.extra_binds), as_root, env,
-            )  # fmt: skip
-            selector = (
-                (lambda pid: ProcSelector(uid=uid))
-                if as_root
-                else (lambda pid: ProcSelector(root=pid))
-            )
-            host_env = {"PATH": os.environ.get("PATH", BASE_PATH)}
+        return self.binary.path, fresh_uid() if as_root else None
+
+    def _command(self, program: str, execution: Execution, mounts: Mounts) -> Command:
+        scratch = execution.scratch
+        if self.python.pyvenv_cfg is not None:
+            (scratch.inp / "pyvenv.cfg").write_text(self.python.pyvenv_cfg)
+        env = sandbox_env(mounts, self.cfg.threads, path=f"{self.python.bin_dir}:{BASE_PATH}")
+        if self.python.library_dir:
+            env["LD_LIBRARY_PATH"] = self.python.library_dir
+        env.update(gpu_env(execution.limits))
+        as_root = execution.uid is not None  # started by root: the execution has a uid of its own
+        argv = build_argv(
+            program, self.python, execution.public_dir, execution.work_dir, scratch.inp, scratch.out,
+            execution.limits, list(self.cfg.extra_binds), as_root, env,
+        )  # fmt: skip
+        return Command(
+            argv, {"PATH": os.environ.get("PATH", BASE_PATH)},
             # /tmp and /dev/shm are tmpfs: memory, counted by the memory watchdog, not the quota.
-            outcome = supervise(
-                argv, host_env, limits, selector, (pipe.write_fd,),
-                writable=(work_dir, scratch.out),
-            )  # fmt: skip
-            return to_result(outcome, self.name, work_dir, scratch, pipe.started())
-        finally:
-            pipe.close()
-            scratch.remove()
+            writable=(execution.work_dir, scratch.out),
+        )  # fmt: skip

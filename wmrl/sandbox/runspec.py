@@ -1,4 +1,5 @@
-"""What every backend does the same way: scratch files, environment, and the result record.
+"""What every backend does the same way: the run skeleton (``SupervisedBackend.run``), scratch files,
+environment, and the result record.
 
 Per execution the host creates a scratch directory outside the work dir::
 
@@ -14,11 +15,15 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from wmrl.sandbox.base import ExecutionResult, SandboxLimits
-from wmrl.sandbox.supervise import Outcome, read_small
+from wmrl.sandbox.config import SandboxConfig
+from wmrl.sandbox.limits import ProcSelector
+from wmrl.sandbox.supervise import Outcome, read_small, supervise
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -260,3 +265,85 @@ def to_result(
         backend=backend,
         extra=extra,
     )
+
+
+def launcher_argv(python: str, mounts: Mounts) -> list[str]:
+    """The interpreter running the launcher on its spec (no user site, no bytecode written)."""
+    return [python, "-s", "-B", f"{mounts.scratch_in}/launcher.py", f"{mounts.scratch_in}/spec.json"]
+
+
+def processes_of(uid: int | None) -> Callable[[int], ProcSelector]:
+    """Which host processes are an execution's, given its top process: every process of its own uid when
+    it has one (bwrap started by root), else every descendant of the top process."""
+    if uid is not None:
+        return lambda pid: ProcSelector(uid=uid)
+    return lambda pid: ProcSelector(root=pid)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One execution's host side, as the run skeleton prepared it for a backend's command."""
+
+    public_dir: Path  # absolute, existing; read-only inside
+    work_dir: Path  # absolute, ready; writable inside
+    scratch: Scratch  # filled with the launcher, the solution and its spec
+    limits: SandboxLimits
+    uid: int | None  # the execution's own uid (bwrap started by root); None: it runs as this user
+
+
+@dataclass(frozen=True)
+class Command:
+    """What the supervisor starts for one execution."""
+
+    argv: list[str]
+    host_env: dict[str, str]  # the environment the command itself starts with
+    writable: tuple[Path, ...]  # every host directory the execution can write: the disk quota's
+    cwd: Path | None = None
+
+
+class SupervisedBackend:
+    """The run every backend shares (``SandboxBackend.run``): resolve the directories, refuse what cannot
+    start, prepare the work dir and a scratch directory holding the launcher's files, run the backend's
+    command under :func:`~wmrl.sandbox.supervise.supervise`, turn what it saw into the result record and
+    remove the scratch. A backend says only what differs: :meth:`_start`, :meth:`_command` and, where the
+    sandbox shows the host's own paths, :meth:`_mounts`."""
+
+    name: str
+    revision: int
+    cfg: SandboxConfig
+    # A sandbox that exits with an error and never sent the launcher's start signal failed to start
+    # (a SandboxError). False where the signal may not come through at all: its absence means "unknown".
+    missing_start_is_failure: ClassVar[bool] = True
+
+    def run(self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits) -> ExecutionResult:
+        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
+        program, uid = self._start(public_dir)
+        prepare_work_dir(work_dir, uid)
+        pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
+        try:
+            execution = Execution(public_dir, work_dir, scratch, limits, uid)
+            mounts = self._mounts(execution)
+            fill_scratch(scratch, code, mounts, limits, uid, pipe.write_fd)
+            command = self._command(program, execution, mounts)
+            outcome = supervise(
+                command.argv, command.host_env, limits, processes_of(uid), (pipe.write_fd,),
+                cwd=command.cwd, writable=command.writable,
+            )  # fmt: skip
+            started = pipe.started() if self.missing_start_is_failure else (pipe.started() or None)
+            return to_result(outcome, self.name, work_dir, scratch, started)
+        finally:
+            pipe.close()
+            scratch.remove()
+
+    def _start(self, public_dir: Path) -> tuple[str, int | None]:
+        """Refuse a run that cannot start, before anything is created; returns the program that starts
+        the sandbox and the execution's own uid (None: it runs as this user)."""
+        raise NotImplementedError
+
+    def _mounts(self, execution: Execution) -> Mounts:
+        """Where the sandbox sees the host directories: fixed paths, unless a backend shows the host's."""
+        return SANDBOX_MOUNTS
+
+    def _command(self, program: str, execution: Execution, mounts: Mounts) -> Command:
+        """The command line that runs the launcher in this backend's sandbox."""
+        raise NotImplementedError

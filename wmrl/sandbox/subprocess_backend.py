@@ -10,21 +10,16 @@ import logging
 import sys
 from pathlib import Path
 
-from wmrl.sandbox.base import ExecutionResult, SandboxLimits
 from wmrl.sandbox.config import SandboxConfig
-from wmrl.sandbox.limits import ProcSelector
 from wmrl.sandbox.runspec import (
     BASE_PATH,
+    Command,
+    Execution,
     Mounts,
-    StartedPipe,
-    fill_scratch,
-    make_scratch,
-    prepare_work_dir,
-    resolve_dirs,
+    SupervisedBackend,
+    launcher_argv,
     sandbox_env,
-    to_result,
 )
-from wmrl.sandbox.supervise import supervise
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +30,7 @@ WARNING = (
 )
 
 
-class SubprocessBackend:
+class SubprocessBackend(SupervisedBackend):
     name = "subprocess"
     revision = 1
 
@@ -44,38 +39,20 @@ class SubprocessBackend:
         self.python = self.cfg.python or sys.executable
         log.warning(WARNING)
 
-    def run(
-        self, code: str, public_dir: Path, work_dir: Path, limits: SandboxLimits
-    ) -> ExecutionResult:
-        public_dir, work_dir = resolve_dirs(public_dir, work_dir)
-        prepare_work_dir(work_dir, uid=None)
-        pipe, scratch = StartedPipe(), make_scratch(self.cfg.scratch_dir)
-        mounts = Mounts(
-            data=str(public_dir),
-            work=str(work_dir),
-            scratch_in=str(scratch.inp),
-            scratch_out=str(scratch.out),
-            home=str(scratch.home),
-            tmp=str(scratch.tmp),
-        )
-        try:
-            fill_scratch(scratch, code, mounts, limits, None, pipe.write_fd)
-            env = sandbox_env(
-                mounts, self.cfg.threads, path=f"{Path(self.python).parent}:{BASE_PATH}"
-            )
-            argv = [
-                self.python,
-                "-s",
-                "-B",
-                f"{mounts.scratch_in}/launcher.py",
-                f"{mounts.scratch_in}/spec.json",
-            ]
-            selector = lambda pid: ProcSelector(root=pid)
-            outcome = supervise(
-                argv, env, limits, selector, (pipe.write_fd,), cwd=work_dir,
-                writable=(work_dir, scratch.out, scratch.home, scratch.tmp),
-            )  # fmt: skip
-            return to_result(outcome, self.name, work_dir, scratch, pipe.started())
-        finally:
-            pipe.close()
-            scratch.remove()
+    def _start(self, public_dir: Path) -> tuple[str, int | None]:
+        return self.python, None
+
+    def _mounts(self, execution: Execution) -> Mounts:
+        scratch = execution.scratch  # no sandbox view: the solution sees the host's paths
+        return Mounts(
+            data=str(execution.public_dir), work=str(execution.work_dir), scratch_in=str(scratch.inp),
+            scratch_out=str(scratch.out), home=str(scratch.home), tmp=str(scratch.tmp),
+        )  # fmt: skip
+
+    def _command(self, program: str, execution: Execution, mounts: Mounts) -> Command:
+        env = sandbox_env(mounts, self.cfg.threads, path=f"{Path(program).parent}:{BASE_PATH}")
+        scratch = execution.scratch
+        return Command(
+            launcher_argv(program, mounts), env, cwd=execution.work_dir,  # no sandbox: env is the solution's
+            writable=(execution.work_dir, scratch.out, scratch.home, scratch.tmp),
+        )  # fmt: skip

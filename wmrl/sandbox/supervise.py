@@ -10,6 +10,7 @@ survives it.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import stat
 import subprocess
@@ -115,65 +116,87 @@ def supervise(
     ]
     for t in readers:
         t.start()
-
-    reason, status, rusage, detail = "exited", 0, None, ""
-    peak_mb, tmpfs_peak_mb, cpu_seen, polls = 0.0, 0.0, 0.0, 0
-    pids: list[int] = []
-    deadline = start + limits.timeout_s
-    while True:
-        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        now = time.monotonic()
-        if now > deadline:
-            reason = "timeout"
-        elif polls % MEMORY_EVERY == 0:
-            pids = find_processes(selector)
-            used = execution_memory(pids)
-            peak_mb = max(peak_mb, used.total_mb, peak_process_mb(pids))
-            tmpfs_peak_mb = max(tmpfs_peak_mb, used.tmpfs_mb)
-            cpu_seen = max(cpu_seen, cpu_seconds(pids))
-            if used.total_mb > limits.memory_mb:
-                reason, detail = "memory", _memory_detail(used.total_mb, used.tmpfs_mb, limits)
-        if reason == "exited" and disk is not None and disk.due(now, pids):
-            over = disk.check(pids)
-            if over:
-                reason, detail = "disk_quota", over
-        if reason != "exited":
-            _kill(proc.pid, selector)
-            _, status, rusage = os.wait4(proc.pid, 0)
-            break
-        polls += 1
-        time.sleep(POLL_S)
+    watch = _watch(proc.pid, selector, limits, disk, deadline=start + limits.timeout_s)
     wall = time.monotonic() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.returncode = os.waitstatus_to_exitcode(watch.status)
     # Whatever the solution left running (daemons, double forks) dies with it.
     survivors = kill_all(selector)
-    if reason == "exited" and disk is not None:
+    if watch.reason == "exited" and disk is not None:
         # Whatever it wrote between the last walk and its exit: over the quota is over the quota.
         over = disk.check()
         if over:
-            reason, detail = "disk_quota", over
+            watch.reason, watch.detail = "disk_quota", over
     for t in readers:
         t.join(timeout=2.0)
     for stream in (proc.stdout, proc.stderr):
         stream.close()  # type: ignore[union-attr]
 
-    ru_cpu = rusage.ru_utime + rusage.ru_stime if rusage else 0.0
+    ru_cpu = watch.rusage.ru_utime + watch.rusage.ru_stime if watch.rusage else 0.0
     # Not rusage.ru_maxrss: Linux keeps it across fork + exec, so it would report this (possibly
-    # large) supervising process's size for every solution; peak_mb comes from the samples above.
+    # large) supervising process's size for every solution; peak_mb comes from the watchdog's samples.
     return Outcome(
-        reason=reason,
+        reason=watch.reason,
         exit_code=proc.returncode,
         wall_seconds=wall,
-        cpu_seconds=max(ru_cpu, cpu_seen),
-        peak_memory_mb=peak_mb,
+        cpu_seconds=max(ru_cpu, watch.cpu_seen),
+        peak_memory_mb=watch.peak_mb,
         stdout=out,
         stderr=err,
         survivors=survivors,
-        detail=detail,
-        extra=_extra(out, err, tmpfs_peak_mb, disk),
+        detail=watch.detail,
+        extra=_extra(out, err, watch.tmpfs_peak_mb, disk),
     )
+
+
+@dataclass
+class _Watch:
+    """What the watchdog saw of a running execution, and how it ended."""
+
+    reason: str = "exited"  # as Outcome.reason
+    detail: str = ""
+    status: int = 0  # the wait status of the top process
+    rusage: resource.struct_rusage | None = None
+    peak_mb: float = 0.0
+    tmpfs_peak_mb: float = 0.0
+    cpu_seen: float = 0.0
+
+    def sample_memory(self, pids: list[int], limits: SandboxLimits) -> None:
+        """Record the execution's memory and CPU time; over the memory limit, it is to be stopped."""
+        used = execution_memory(pids)
+        self.peak_mb = max(self.peak_mb, used.total_mb, peak_process_mb(pids))
+        self.tmpfs_peak_mb = max(self.tmpfs_peak_mb, used.tmpfs_mb)
+        self.cpu_seen = max(self.cpu_seen, cpu_seconds(pids))
+        if used.total_mb > limits.memory_mb:
+            self.reason, self.detail = "memory", _memory_detail(used.total_mb, used.tmpfs_mb, limits)
+
+
+def _watch(
+    pid: int, selector: ProcSelector, limits: SandboxLimits, disk: DiskWatch | None, deadline: float
+) -> _Watch:
+    """Poll the execution whose top process is ``pid`` until it exits or a limit trips; a tripped
+    limit kills the whole execution. Returns once the top process is reaped."""
+    watch, polls = _Watch(), 0
+    pids: list[int] = []
+    while True:
+        done, watch.status, watch.rusage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return watch
+        now = time.monotonic()
+        if now > deadline:
+            watch.reason = "timeout"
+        elif polls % MEMORY_EVERY == 0:
+            pids = find_processes(selector)
+            watch.sample_memory(pids, limits)
+        if watch.reason == "exited" and disk is not None and disk.due(now, pids):
+            over = disk.check(pids)
+            if over:
+                watch.reason, watch.detail = "disk_quota", over
+        if watch.reason != "exited":
+            _kill(pid, selector)
+            _, watch.status, watch.rusage = os.wait4(pid, 0)
+            return watch
+        polls += 1
+        time.sleep(POLL_S)
 
 
 def _memory_detail(total_mb: float, tmpfs_mb: float, limits: SandboxLimits) -> str:

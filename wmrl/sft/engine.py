@@ -25,6 +25,8 @@ from typing import Any
 import torch
 
 from wmrl.models.cache import build_hash_of_dir, build_once, cache_root, content_hash
+from wmrl.models.loading import load_causal_lm, model_dir
+from wmrl.progress import progress_display
 from wmrl.sft.config import NOT_HASHED, SFTConfig
 from wmrl.sft.example import Row, SFTExample, build_row, examples_digest, pack_rows
 
@@ -112,8 +114,6 @@ def train(
     """Train and write the HF directory into ``out``; returns the facts recorded with the build."""
     from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-    from wmrl.models.loading import load_causal_lm
-    from wmrl.progress import progress_display
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -207,8 +207,6 @@ def run_sft(
     stop_after: int | None = None,
 ) -> tuple[Path, bool]:
     """Train ``base`` on ``examples`` unless the cache holds that result; returns ``(dir, trained_now)``."""
-    from wmrl.models.loading import model_dir
-
     base = model_dir(base)
     if not examples:
         raise ValueError("wmrl sft got no examples")

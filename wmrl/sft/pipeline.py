@@ -13,20 +13,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wmrl.io import atomic_write_json, read_json
+from wmrl.models.cache import MARKER, built_hash
+from wmrl.models.init import ensure_tiny_model
+from wmrl.models.loading import load_tokenizer, model_dir
 from wmrl.sft.config import SFTRunConfig
 
 
 def sft_default_model(cfg: SFTRunConfig, base: Path | None = None, progress: bool = True,
                       log: Any = print) -> tuple[Path, bool]:
     """Build the tiny model (unless ``base`` is given), its SFT examples, and train; ``(dir, trained_now)``."""
-    from wmrl.models.init import ensure_tiny_model
-    from wmrl.models.loading import load_tokenizer
+    # torch (the SFT engine, the policy's prompts), only when an SFT is built
     from wmrl.sft.data import build_sft_data
     from wmrl.sft.engine import run_sft
 
     started = time.monotonic()
     if base is None:
-        base, built = ensure_tiny_model(cfg.model, cfg.tasks.root)
+        base, built = ensure_tiny_model(cfg.model, cfg.tasks)
         log(f"base model: {base} ({'built' if built else 'cached'}, {time.monotonic() - started:.0f} s)")
     examples_started = time.monotonic()
     data = build_sft_data(cfg, load_tokenizer(base), max_tokens=cfg.sft.pack_tokens, progress=progress)
@@ -49,8 +52,6 @@ def initial_policy_path(cfg: SFTRunConfig, progress: bool = True, log: Any = pri
     """``model.path`` if set, else the tiny default after SFT (built on first use)."""
     import dataclasses
 
-    from wmrl.models.cache import MARKER
-    from wmrl.models.loading import model_dir
 
     if cfg.model.path:
         return model_dir(cfg.model.path)
@@ -69,9 +70,6 @@ INITIAL_POLICY = "initial_policy.json"
 def read_pinned_initial_policy(run_dir: Path, log: Any = print) -> Path | None:
     """The initial policy pinned in ``RUN_DIR/initial_policy.json`` (None: not pinned yet), checked: still
     there, and not rebuilt with other content since."""
-    from wmrl.io import read_json
-    from wmrl.models.cache import built_hash
-
     pin = Path(run_dir) / INITIAL_POLICY
     if not pin.is_file():
         return None
@@ -91,8 +89,6 @@ def initial_policy_label(run_dir: Path) -> str | None:
     """The pinned initial policy as a run's tag shows it: its directory name, with its build hash where the
     name does not already carry it (``sft-3cc97f37219cbc82``; ``Qwen3.5-4B``; ``my-sft@0123456789abcdef``).
     None before the pin exists (a trainer without an LLM policy)."""
-    from wmrl.io import read_json
-
     pin = Path(run_dir) / INITIAL_POLICY
     if not pin.is_file():
         return None
@@ -110,9 +106,6 @@ def pinned_initial_policy(cfg: SFTRunConfig, run_dir: Path, log: Any = print) ->
     The coordinator calls this before it builds the trainer (every launch route); the trainer only reads
     the pin (:func:`read_pinned_initial_policy`).
     """
-    from wmrl.io import atomic_write_json
-    from wmrl.models.cache import built_hash
-
     pinned = read_pinned_initial_policy(run_dir, log)
     if pinned is not None:
         return pinned

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from wmrl.config_checks import ConfigError, check_choice, check_range
+from wmrl.config_checks import ConfigError, Section, check_range, choice, in_range
 from wmrl.simulate.expression import Expression, ExpressionError
 
 if TYPE_CHECKING:  # annotations only: the section must load without the tracking package
@@ -28,39 +28,41 @@ NOISE_FAMILIES: tuple[str, ...] = ("gaussian", "student_t")
 
 
 @dataclass
-class CostConfig:
+class CostConfig(Section):
     """GPU-seconds charged per unit of work (defaults: a 4B-9B agent, paper Appendix D budgets).
 
     Execution dominates: a solution trains a model on its own GPU for up to 1200 s (Appendix D);
     a world-model call is a few forward passes batched with generation.
     """
 
-    exec_seconds: float = 600.0  # one sandboxed execution of one trajectory's solution
-    wm_call_seconds: float = 10.0  # one world-model prediction for one trajectory
-    gen_seconds: float = 120.0  # generating one multi-turn trajectory (4 turns x <=4096 tokens)
-    update_seconds: float = 600.0  # one optimizer step of the learner
-
-    def validate(self, prefix: str = "simulator.cost") -> None:
-        for name in ("exec_seconds", "wm_call_seconds", "gen_seconds", "update_seconds"):
-            check_range(f"{prefix}.{name}", getattr(self, name), 0.0)
+    KEY: ClassVar[str] = "simulator.cost"
+    # one sandboxed execution of one trajectory's solution
+    exec_seconds: float = field(default=600.0, metadata=in_range(0.0))
+    # one world-model prediction for one trajectory
+    wm_call_seconds: float = field(default=10.0, metadata=in_range(0.0))
+    # generating one multi-turn trajectory (4 turns x <=4096 tokens)
+    gen_seconds: float = field(default=120.0, metadata=in_range(0.0))
+    update_seconds: float = field(default=600.0, metadata=in_range(0.0))  # one optimizer step of the learner
 
 
 @dataclass
-class SimulatorConfig:
+class SimulatorConfig(Section):
+    KEY: ClassVar[str] = "simulator"
     # The run's length is train.steps, as for every trainer (the testbed's default: 400).
-    tasks: int = 16
-    candidates: int = 16  # solution approaches per task
+    tasks: int = field(default=16, metadata=in_range(1))
+    candidates: int = field(default=16, metadata=in_range(2))  # solution approaches per task
     # The benchmark (qualities, crash rates): null draws a fresh one per run seed (results then average
     # over benchmarks, not only over training noise); an integer fixes one benchmark for all seeds.
     env_seed: int | None = None
     # Approach quality ~ Beta(quality_alpha, quality_beta): most mediocre, few good.
-    quality_alpha: float = 2.0
-    quality_beta: float = 4.0
+    quality_alpha: float = field(default=2.0, metadata=in_range(0.0, low_open=True))
+    quality_beta: float = field(default=4.0, metadata=in_range(0.0, low_open=True))
     # Crash probability of an approach grows with its ambition (quality): p = crash_base + crash_slope*q.
-    crash_base: float = 0.05
-    crash_slope: float = 0.3
-    lr: float = 30.0  # step size on the policy logits
-    entropy_coef: float = 0.0  # entropy bonus per group (keeps a collapsed task able to recover)
+    crash_base: float = field(default=0.05, metadata=in_range(0.0, 1.0))
+    crash_slope: float = field(default=0.3, metadata=in_range(0.0, 1.0))
+    lr: float = field(default=30.0, metadata=in_range(0.0, low_open=True))  # step size on the policy logits
+    # entropy bonus per group (keeps a collapsed task able to recover)
+    entropy_coef: float = field(default=0.0, metadata=in_range(0.0))
     # World model: r_hat = clip(phi(r) + task offset + group offset + noise, 0, 1).
     # phi: a named distortion (PHIS), "knots" (piecewise linear through phi_knots), or an arithmetic
     # expression in r such as "0.2 + 0.6*r", "0.3", "1 - (1 - r)**3", "0.5 + 0.4*sin(2*pi*r)"
@@ -68,12 +70,16 @@ class SimulatorConfig:
     phi: str = "power"
     phi_param: float = 0.3  # power: exponent; logistic: slope; bump: height; inverted: range width
     phi_knots: list[list[float]] | None = None  # [[r, phi(r)], ...] with r increasing, from 0 to 1
-    wm_noise: float = 0.03  # gaussian: the sd; student_t: the scale of wm_noise * t(wm_noise_df)
-    wm_noise_family: str = "gaussian"
-    wm_noise_df: float = 3.0  # student_t degrees of freedom (heavy tails when small)
-    wm_group_sd: float = 0.0  # sd of an offset shared by a group's trajectories (one misread overview)
-    wm_task_offset: float = 0.0  # added to r_hat of the first wm_task_offset_frac of the tasks
-    wm_task_offset_frac: float = 0.5
+    # gaussian: the sd; student_t: the scale of wm_noise * t(wm_noise_df)
+    wm_noise: float = field(default=0.03, metadata=in_range(0.0))
+    wm_noise_family: str = field(default="gaussian", metadata=choice(NOISE_FAMILIES))
+    # student_t degrees of freedom (heavy tails when small)
+    wm_noise_df: float = field(default=3.0, metadata=in_range(0.0, low_open=True))
+    # sd of an offset shared by a group's trajectories (one misread overview)
+    wm_group_sd: float = field(default=0.0, metadata=in_range(0.0))
+    # added to r_hat of the first wm_task_offset_frac of the tasks
+    wm_task_offset: float = field(default=0.0, metadata=in_range(-1.0, 1.0))
+    wm_task_offset_frac: float = field(default=0.5, metadata=in_range(0.0, 1.0))
     # Drift: from this step on phi becomes drift_phi(drift_param) (null: never).
     drift_step: int | None = None
     drift_phi: str = "identity"  # same forms as phi
@@ -81,40 +87,24 @@ class SimulatorConfig:
     drift_knots: list[list[float]] | None = None
     # Degradation: from this step on the world-model noise becomes degrade_noise (null: never).
     degrade_step: int | None = None
-    degrade_noise: float = 0.5
-    exec_noise: float = 0.0  # std of the grader's noise on a real execution
-    target_score: float = 0.45  # "executions/compute to reach" this expected true score
-    log_every: int = 5  # history (and MLflow metrics) every this many steps
+    degrade_noise: float = field(default=0.5, metadata=in_range(0.0))
+    # std of the grader's noise on a real execution
+    exec_noise: float = field(default=0.0, metadata=in_range(0.0))
+    # "executions/compute to reach" this expected true score
+    target_score: float = field(default=0.45, metadata=in_range(0.0, 1.0))
+    # history (and MLflow metrics) every this many steps
+    log_every: int = field(default=5, metadata=in_range(1))
     cost: CostConfig = field(default_factory=CostConfig)
 
-    def validate(self, prefix: str = "simulator") -> None:
-        check_range(f"{prefix}.tasks", self.tasks, 1)
-        check_range(f"{prefix}.candidates", self.candidates, 2)
-        check_range(f"{prefix}.quality_alpha", self.quality_alpha, 0.0, low_open=True)
-        check_range(f"{prefix}.quality_beta", self.quality_beta, 0.0, low_open=True)
-        check_range(f"{prefix}.crash_base", self.crash_base, 0.0, 1.0)
-        check_range(f"{prefix}.crash_slope", self.crash_slope, 0.0, 1.0)
+    def check_together(self, prefix: str) -> None:
         if self.crash_base + self.crash_slope > 1.0:
             raise ConfigError(
                 f"{prefix}.crash_base + {prefix}.crash_slope = {self.crash_base + self.crash_slope} "
                 "must be <= 1 (it is the crash probability of the best approach)"
             )
-        check_range(f"{prefix}.lr", self.lr, 0.0, low_open=True)
-        check_range(f"{prefix}.entropy_coef", self.entropy_coef, 0.0)
         _check_phi(prefix, "phi", self.phi, "phi_param", self.phi_param, "phi_knots", self.phi_knots)
         _check_phi(prefix, "drift_phi", self.drift_phi, "drift_param", self.drift_param, "drift_knots",
                    self.drift_knots)
-        check_range(f"{prefix}.wm_noise", self.wm_noise, 0.0)
-        check_choice(f"{prefix}.wm_noise_family", self.wm_noise_family, NOISE_FAMILIES)
-        check_range(f"{prefix}.wm_noise_df", self.wm_noise_df, 0.0, low_open=True)
-        check_range(f"{prefix}.wm_group_sd", self.wm_group_sd, 0.0)
-        check_range(f"{prefix}.wm_task_offset", self.wm_task_offset, -1.0, 1.0)
-        check_range(f"{prefix}.wm_task_offset_frac", self.wm_task_offset_frac, 0.0, 1.0)
-        check_range(f"{prefix}.degrade_noise", self.degrade_noise, 0.0)
-        check_range(f"{prefix}.exec_noise", self.exec_noise, 0.0)
-        check_range(f"{prefix}.target_score", self.target_score, 0.0, 1.0)
-        check_range(f"{prefix}.log_every", self.log_every, 1)
-        self.cost.validate(f"{prefix}.cost")
 
     def check_schedule(self, steps: int, prefix: str = "simulator") -> None:
         """drift_step and degrade_step fall inside the run (its train.steps, known to the whole config)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.anchor_rule import REASONS
 from wmrl.loop import LoopShell
 from wmrl.simulate.benchmark import Benchmark, make_benchmark
 from wmrl.simulate.config import SimulatorConfig, TestbedRunConfig
@@ -36,7 +37,8 @@ from wmrl.simulate.world_model import SyntheticWorldModel
 
 COST_SOURCE = "modelled"  # GPU-hours from simulator.cost, not measured
 MAP_GRID = np.linspace(0.0, 1.0, 101)
-HISTORY_KEYS = ("score", "executions", "gpu_hours", "rho", "eta2", "n_pairs", "anchor_frac")
+HISTORY_KEYS = ("score", "executions", "gpu_hours", "rho", "eta2", "eta2_cal", "n_pairs", "anchor_frac",
+                "anchor_reason")
 
 
 @dataclass
@@ -157,9 +159,12 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
             result.steps.append(step + 1)
             for key, value in (
                 ("score", score), ("executions", meter.executions), ("gpu_hours", meter.gpu_hours),
-                ("rho", done.rho), ("eta2", snap.get("eta2")), ("n_pairs", snap.get("n_pairs", 0)),
-                # the share of the m groups really executed this step (the anchor rule's choice)
+                ("rho", done.rho), ("eta2", snap.get("eta2")), ("eta2_cal", snap.get("eta2_cal")),
+                ("n_pairs", snap.get("n_pairs", 0)),
+                # the share of the m groups really executed this step (the anchor rule's choice) and why
+                # (the index in REASONS, as the metric anchor/reason of the other trainers)
                 ("anchor_frac", int(done.executed.sum()) / alg.groups_per_step),
+                ("anchor_reason", REASONS.index(done.anchor_reason)),
             ):
                 result.history[key].append(float("nan") if value is None else float(value))
 

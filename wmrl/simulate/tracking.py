@@ -24,14 +24,13 @@ from typing import Any
 from wmrl.config_io import to_flat_dict, to_yaml
 from wmrl.io import atomic_write_text
 from wmrl.simulate.config import TestbedRunConfig
+from wmrl.simulate.simulator import audit_warned
 from wmrl.tracking.outbox import DIRECTORY, Outbox
 from wmrl.tracking.run_tracker import MLFLOW_RUN_ID, SendReport, send_pending
 
 
 def final_metrics(result: Mapping[str, Any]) -> dict[str, float | None]:
     """The run's closing figures, as ``wmrl compare`` reads them back from MLflow."""
-    from wmrl.simulate.simulator import audit_warned
-
     hist = result.get("history", {})
     out: dict[str, float | None] = {
         "final/score": result["final_score"],

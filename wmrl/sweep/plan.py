@@ -19,7 +19,9 @@ from typing import Any
 from wmrl.algorithm import get_variant
 from wmrl.config import WMRLConfig
 from wmrl.io import atomic_write_json, atomic_write_text, json_safe
+from wmrl.simulate.sweep import run_jobs
 from wmrl.sweep.compare import Comparison, compare, csv_text, markdown
+from wmrl.sweep.compare_plots import plot_heatmaps, plot_score_vs_gpu_hours
 from wmrl.sweep.from_run import Fit
 from wmrl.sweep.records import RunRecord, from_result, write_records
 
@@ -54,8 +56,6 @@ def grid(cfg: WMRLConfig, variants: Sequence[str], anchor_fracs: Sequence[float]
 def run_plan(cfg: WMRLConfig, settings: Sequence[Setting], seeds: Sequence[int], workers: int = 2,
              progress: bool | None = None) -> tuple[list[RunRecord], float]:
     """Every (setting, seed) on the fitted simulator; the runs as ``wmrl compare`` records, and the wall time."""
-    from wmrl.simulate.sweep import run_jobs
-
     jobs, names = [], []
     for s in settings:
         alg = dataclasses.replace(cfg.algorithm, anchor_frac=s.anchor_frac, w_max=s.w_max)
@@ -75,8 +75,6 @@ def write_plan(out: Path, fit: Fit, records: list[RunRecord], wall_seconds: floa
                ) -> tuple[Comparison, str]:
     """plan.md (fitted parameters + predicted table), plan.csv (``wmrl compare``'s columns), fit.json,
     records.jsonl (``wmrl compare OUT`` re-reads it) and the comparison's plots; returns the text."""
-    from wmrl.sweep.compare_plots import plot_heatmaps, plot_score_vs_gpu_hours
-
     out.mkdir(parents=True, exist_ok=True)
     comparison = compare(records)
     seeds = len({r.seed for r in records})

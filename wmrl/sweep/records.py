@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import atomic_write_text, read_json
+from wmrl.sweep.state import MLFLOW_DONE, RESULT
 from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, INITIAL_POLICY_TAG
 
 RECORDS = "records.jsonl"
@@ -58,7 +59,6 @@ def from_sweep_dir(root: Path) -> list[RunRecord]:
     """Every computed run under ``root/runs`` (a run without ``result.json`` is not finished)."""
     import yaml
 
-    from wmrl.sweep.state import MLFLOW_DONE, RESULT
 
     records = []
     for run in sorted((root / "runs").iterdir()):
@@ -73,6 +73,7 @@ def from_sweep_dir(root: Path) -> list[RunRecord]:
 
 def from_result(name: str, alg: dict[str, Any], res: dict[str, Any], run_id: str | None = None) -> RunRecord:
     """The record of a simulator run: ``alg`` its algorithm section, ``res`` its RunResult as a dict."""
+    # the synthetic testbed off `wmrl --help`'s path (wmrl sweep, compare read records)
     from wmrl.simulate.simulator import audit_warned
 
     hist = res["history"]

@@ -26,13 +26,22 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.config import ConfigError, WMRLConfig
-from wmrl.io import atomic_write_text, read_json
+from wmrl.io import atomic_write_json, atomic_write_text, read_json
 from wmrl.orchestration.rundir import RunDir, config_diff, config_mismatch
+from wmrl.orchestration.slurm import (
+    COORDINATOR,
+    active_tasks,
+    check_slurm_available,
+    clean_slurm_environment,
+    job_states,
+    slurm_executor,
+)
 from wmrl.progress import Progress, progress_display
 from wmrl.sweep.simulate_run import compute, log_run
 from wmrl.sweep.spec import SweepSpec, run_config, run_configs
 from wmrl.sweep.state import SweepDir, has_result, is_finished
 from wmrl.sweep.storage import tracking_warning
+from wmrl.tracking.store import experiment_id
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "slurm")
@@ -69,7 +78,6 @@ def _parent_run(spec: SweepSpec, sweep: SweepDir, base: WMRLConfig, state: dict[
         return None
     from mlflow.tracking import MlflowClient
 
-    from wmrl.tracking.store import experiment_id
 
     client = MlflowClient(base.tracking.uri)
     if state.get("parent_run_id"):
@@ -197,13 +205,6 @@ def _run_simulate(prep: Prepared, todo: list[str], executor: str, k: int, outcom
 
 
 def _submit_simulate_job(prep: Prepared, name: str) -> str:
-    from wmrl.orchestration.slurm import (
-        COORDINATOR,
-        check_slurm_available,
-        clean_slurm_environment,
-        slurm_executor,
-    )
-
     check_slurm_available()
     run = RunDir(prep.path(name))
     executor = slurm_executor(prep.configs[name], run, COORDINATOR)
@@ -218,8 +219,6 @@ def _submit_simulate_job(prep: Prepared, name: str) -> str:
 
 def _live_job(run: Path) -> str | None:
     """The job id of this run's job from an earlier issue, if Slurm still has it queued or running."""
-    from wmrl.orchestration.slurm import active_tasks
-
     try:
         job_id = str(read_json(run / SWEEP_JOB)["job_id"])
     except (OSError, ValueError, KeyError):
@@ -230,9 +229,6 @@ def _live_job(run: Path) -> str | None:
 def _throttled(prep: Prepared, todo: list[str], k: int, outcome: SweepOutcome, bar: Progress,
                submit: Callable[[Prepared, str], str], done: Callable[[str], bool], poll_s: float = 1.0) -> None:
     """At most ``k`` runs queued or running at once; the next is submitted when one ends."""
-    from wmrl.io import atomic_write_json
-    from wmrl.orchestration.slurm import job_states
-
     in_flight: dict[str, str] = {}
     queue = []
     for name in todo:

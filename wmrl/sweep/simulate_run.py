@@ -15,11 +15,14 @@ from pathlib import Path
 from wmrl.config import WMRLConfig, load_config
 from wmrl.io import atomic_write_json, json_safe, read_json
 from wmrl.sweep.state import MLFLOW_DONE, MLFLOW_PENDING, RESULT
+from wmrl.tracking.outbox import Outbox
+from wmrl.tracking.run_tracker import sync_run
 
 
 def compute(run_dir: str, cfg: WMRLConfig | None = None) -> str:
     """Train the run whose ``config.yaml`` is in ``run_dir`` (``cfg``: that config, already loaded);
     write ``result.json``. Returns ``run_dir``."""
+    # the synthetic testbed off `wmrl --help`'s path (the sweep runner is on it)
     from wmrl.simulate.simulator import train
 
     cfg = cfg or load_config(Path(run_dir) / "config.yaml")
@@ -39,9 +42,8 @@ def log_run(run_dir: Path, sweep_name: str, cfg: WMRLConfig | None = None) -> st
 
     A child left half-logged by the earlier direct logging (its id in ``mlflow_run_id``, no outbox) was
     created by this code: it is deleted (MLflow keeps it restorable) and logged again."""
+    # the synthetic testbed off `wmrl --help`'s path (the sweep runner is on it)
     from wmrl.simulate.tracking import run_records
-    from wmrl.tracking.outbox import Outbox
-    from wmrl.tracking.run_tracker import sync_run
 
     cfg = cfg or load_config(run_dir / "config.yaml")
     if not cfg.tracking.enabled:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.grading.leaderboard import LeaderboardError, read_leaderboard
-from wmrl.grading.metrics import METRICS
+from wmrl.grading.metrics import METRICS, canonical_name
 from wmrl.grading.rules import GradingRules
 from wmrl.tasks.files import (
     first_existing,
@@ -55,8 +55,6 @@ def _metric(comp: str, config: dict[str, Any], config_path: Path, override: dict
     grader = config.get("grader")
     if not isinstance(grader, dict) or "name" not in grader:
         raise TaskError(f"{config_path}: missing 'grader.name' (the metric of the competition)")
-    from wmrl.grading.metrics import canonical_name
-
     name = canonical_name(str(grader["name"]))
     if name is None:
         raise TaskError(f"{config_path}: unknown metric: grader.name={grader['name']!r} is not one wmrl knows; "

@@ -1,12 +1,16 @@
-"""Task pools: a directory of task directories (any layout), and the built-in pool built on first use."""
+"""Task pools: a directory of task directories (any layout); the built-in pool and the task-family pool,
+built on first use."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from wmrl.tasks.builtin.build import BUILTIN_VERSION, build_pool
+from wmrl.tasks.config import FamiliesConfig, TasksConfig
 from wmrl.tasks.layouts import LoadOptions, detect_layout, load_task
 from wmrl.tasks.task import SPLITS, Task, TaskError
 
@@ -15,8 +19,6 @@ ENV_VAR = "WMRL_TASKS_DIR"
 
 def default_pool_root(configured: str | Path | None = None) -> Path:
     """``tasks.root`` if set, else ``$WMRL_TASKS_DIR``, else ``~/.cache/wmrl/tasks/<BUILTIN_VERSION>``."""
-    from wmrl.tasks.builtin.build import BUILTIN_VERSION
-
     if configured:
         return Path(configured).expanduser()
     if os.environ.get(ENV_VAR):
@@ -86,39 +88,67 @@ def find_task(root: Path, task_id: str, options: LoadOptions | Path | str | None
 
 
 def _pool_complete(root: Path) -> bool:
-    from wmrl.tasks.builtin.build import BUILTIN_VERSION
-
     try:
         return json.loads((root / "pool.json").read_text())["version"] == BUILTIN_VERSION
     except (OSError, ValueError, KeyError):
         return False
 
 
-def resolve_pool_root(configured: str | Path | None, progress: bool = False) -> Path:
-    """The pool a run uses: ``tasks.root`` as given when set, else the built-in pool (built on first use)."""
+def resolve_pool_root(configured: TasksConfig | str | Path | None, progress: bool = False) -> Path:
+    """The pool a run uses: ``tasks.root`` as given when set, else the pool ``tasks.pool`` names (the
+    built-in one, or the task families), built on first use. ``configured``: the ``tasks`` section, or
+    just its root (then the built-in pool is the default)."""
+    if isinstance(configured, TasksConfig):
+        if configured.root:
+            return Path(configured.root).expanduser()
+        if configured.pool == "families":
+            return ensure_families_pool(configured.families, progress=progress)
+        return ensure_builtin_pool(None, progress=progress)
     return Path(configured).expanduser() if configured else ensure_builtin_pool(None, progress=progress)
 
 
-def ensure_builtin_pool(root: str | Path | None = None, progress: bool = True, only: list[str] | None = None) -> Path:
-    """Return the built-in pool's root, building it first if it is missing.
+def ensure_pool(tasks: TasksConfig, progress: bool = True) -> Path:
+    """The pool ``tasks.pool`` names, built first if missing: into ``tasks.root`` when set, else into its
+    cache directory (what SFT builds from)."""
+    if tasks.pool == "families":
+        return ensure_families_pool(tasks.families, tasks.root or None, progress=progress)
+    return ensure_builtin_pool(tasks.root or None, progress=progress)
 
-    ``only`` builds a subset of the families (tests); the result then counts as the complete pool.
+
+def _build_once(root: Path, complete: Callable[[Path], bool], build: Callable[[Path], object]) -> Path:
+    """``root``, built first by ``build`` unless ``complete``.
 
     A file lock next to the pool keeps two processes (e.g. array tasks starting together on shared
     storage) from building at once; the loser waits and then finds the pool complete.
     """
-    from wmrl.tasks.builtin.build import build_pool
-
-    root = default_pool_root(root)
-    if _pool_complete(root):
+    if complete(root):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     lock_path = root.with_name(f".{root.name}.lock")
     with open(lock_path, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if not _pool_complete(root):
-                build_pool(root, only=only, progress=progress)
+            if not complete(root):
+                build(root)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return root
+
+
+def ensure_builtin_pool(root: str | Path | None = None, progress: bool = True, only: list[str] | None = None) -> Path:
+    """Return the built-in pool's root, building it first if it is missing (under a lock: :func:`_build_once`).
+
+    ``only`` builds a subset of the families (tests); the result then counts as the complete pool.
+    """
+    return _build_once(default_pool_root(root), _pool_complete,
+                       lambda where: build_pool(where, only=only, progress=progress))
+
+
+def ensure_families_pool(cfg: FamiliesConfig, root: str | Path | None = None, progress: bool = True) -> Path:
+    """Return the task-family pool of ``cfg`` (``root``, else its cache directory keyed by what makes it),
+    building it first if it is missing or was made by other code or another config."""
+    # Pillow and scikit-image, only for the task families
+    from wmrl.tasks.families.pool import build_families, default_root, pool_complete
+
+    return _build_once(Path(root).expanduser() if root else default_root(cfg), lambda where: pool_complete(where, cfg),
+                       lambda where: build_families(where, cfg, progress=progress))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from wmrl.config_checks import ConfigError, check_range
+from wmrl.config_checks import ConfigError, Section, in_range
 
 # Stores MLflow's client opens (database URIs may name a driver: postgresql+psycopg2://).
 SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "file", "databricks")
 
 
 @dataclass
-class TrackingConfig:
+class TrackingConfig(Section):
+    KEY: ClassVar[str] = "tracking"
     enabled: bool = True
     # One SQLite writer per run is safe; several concurrent runs on NFS want a tracking server.
     uri: str = "sqlite:///mlflow.db"
@@ -21,9 +23,9 @@ class TrackingConfig:
     # Tracking is best-effort for training (wmrl/tracking/run_tracker.py): one request waits at most
     # request_timeout_s, is retried request_retries times by MLflow, and after a failure the store is
     # tried again only every retry_every_s; what could not be sent waits in RUN_DIR/tracking/.
-    request_timeout_s: int = 5
-    request_retries: int = 0
-    retry_every_s: float = 60.0
+    request_timeout_s: int = field(default=5, metadata=in_range(1))
+    request_retries: int = field(default=0, metadata=in_range(0))
+    retry_every_s: float = field(default=60.0, metadata=in_range(0.0))
     # MLflow run id of a parent run ("" = none): set by `wmrl sweep`, so each run of a sweep shows
     # under the sweep's parent run (tag mlflow.parentRunId).
     parent_run_id: str = ""
@@ -37,15 +39,12 @@ class TrackingConfig:
             return replace(self, uri="sqlite:///" + str(Path(self.uri[len("sqlite:///") :]).resolve()))
         return self
 
-    def validate(self, prefix: str = "tracking") -> None:
+    def check_together(self, prefix: str) -> None:
         scheme = self.uri.split(":", 1)[0].split("+", 1)[0] if ":" in self.uri else ""
         if self.enabled and scheme not in SCHEMES:
             raise ConfigError(
                 f"{prefix}.uri={self.uri!r} is not a tracking URI MLflow can open (scheme {scheme or '(none)'!r}); "
                 f"use one of {', '.join(SCHEMES)}, e.g. sqlite:///mlflow.db or http://host:5000"
             )
-        check_range(f"{prefix}.request_timeout_s", self.request_timeout_s, 1)
-        check_range(f"{prefix}.request_retries", self.request_retries, 0)
-        check_range(f"{prefix}.retry_every_s", self.retry_every_s, 0.0)
         if self.enabled and not self.experiment:
             raise ConfigError(f"{prefix}.experiment must be a non-empty name")

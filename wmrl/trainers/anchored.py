@@ -38,6 +38,8 @@ from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
 from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.step import StepResult
+from wmrl.tasks.layouts import LoadOptions
+from wmrl.tasks.pool import load_pool, resolve_pool_root
 from wmrl.trainers.common import RunTotals, write_run_plots
 
 COST_SOURCE = "measured"  # seconds recorded by the workers, the world model, the policy and the learner
@@ -65,11 +67,7 @@ def spread(items: list, k: int) -> list:
 def load_candidates(cfg: WMRLConfig) -> CandidateTable:
     """The first ``simulator.tasks`` tasks of ``tasks.split`` that have >= 2 reference solutions
     (the built-in pool is built on first use when ``tasks.root`` is empty)."""
-    # Here, not at the top: the dry trainer needs no task pool (pandas, the grading stack).
-    from wmrl.tasks.layouts import LoadOptions
-    from wmrl.tasks.pool import load_pool, resolve_pool_root
-
-    root = resolve_pool_root(cfg.tasks.root)
+    root = resolve_pool_root(cfg.tasks)
     tasks = [t for t in load_pool(root, cfg.tasks.split, LoadOptions.from_config(cfg.tasks)) if len(t.reference_solutions()) >= 2]
     tasks = tasks[: cfg.simulator.tasks]
     if not tasks:

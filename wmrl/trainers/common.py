@@ -12,6 +12,7 @@ import numpy as np
 
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.step import PHASES, StepResult
+from wmrl.tracking.plots import plot_calibration, plot_curves
 
 
 @dataclass
@@ -71,8 +72,6 @@ class RunTotals:
 def write_run_plots(cfg: Any, calibrator: Calibrator | None, directory: Path, metrics: list[dict[str, Any]],
                     score_curves: Mapping[str, str]) -> list[Path]:
     """calibration.png (anchor pairs and f_hat) and curves.png (the trainer's score curves, rho, eta2)."""
-    from wmrl.tracking.plots import plot_calibration, plot_curves
-
     written = []
     if calibrator is not None and len(calibrator.pool):
         grid = np.linspace(0.0, 1.0, 101)

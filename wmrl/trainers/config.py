@@ -3,36 +3,31 @@ learner checkpoints, threads)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from wmrl.config_checks import check_choice, check_range
+from wmrl.config_checks import Section, choice, in_range
 
 EVAL_SPLITS = ("train", "heldout", "both", "none")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Section):
+    KEY: ClassVar[str] = "train"
     # Learner updates of the run, for every trainer. The default is the synthetic testbed's (the default
     # trainer); the shipped LLM configs set their own (qwen3.5-*: 200, the tiny default: 12).
-    steps: int = 400
+    steps: int = field(default=400, metadata=in_range(1))
     # Evaluation (paper metric: avg@k position score, really executed): before the first step, every
     # eval_every steps (0 = only before and after) and after the last step.
-    eval_every: int = 0
-    eval_k: int = 8
-    eval_split: str = "both"  # which pool split(s) to evaluate; "none" switches evaluation off
-    eval_tasks: int = 0  # evaluate at most this many tasks per split (0 = all), for quick checks
+    eval_every: int = field(default=0, metadata=in_range(0))
+    eval_k: int = field(default=8, metadata=in_range(1))
+    # Which pool split(s) to evaluate; "none" switches evaluation off
+    eval_split: str = field(default="both", metadata=choice(EVAL_SPLITS))
+    # Evaluate at most this many tasks per split (0 = all), for quick checks
+    eval_tasks: int = field(default=0, metadata=in_range(0))
     # Learner checkpoint (model, optimizer, RNG) every this many steps; a requeued run resumes at the
     # last one and replays the steps after it. 1 = every step (cheap at the tiny scale).
-    save_every: int = 1
+    save_every: int = field(default=1, metadata=in_range(1))
     # torch CPU threads of the trainer process (generation, world model, learner); 0 = torch's default.
     # On a busy machine 1 thread is several times faster than torch's default of one per core.
-    threads: int = 0
-
-    def validate(self, prefix: str = "train") -> None:
-        check_range(f"{prefix}.steps", self.steps, 1)
-        check_range(f"{prefix}.eval_every", self.eval_every, 0)
-        check_range(f"{prefix}.eval_k", self.eval_k, 1)
-        check_choice(f"{prefix}.eval_split", self.eval_split, EVAL_SPLITS)
-        check_range(f"{prefix}.eval_tasks", self.eval_tasks, 0)
-        check_range(f"{prefix}.save_every", self.save_every, 1)
-        check_range(f"{prefix}.threads", self.threads, 0)
+    threads: int = field(default=0, metadata=in_range(0))

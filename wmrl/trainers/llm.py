@@ -33,17 +33,31 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.agent.policy import AgentPolicy
+from wmrl.agent.records import write_rollouts
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import WMRLConfig
 from wmrl.evaluation import EvalReport, evaluate_split
-from wmrl.io import atomic_write_json
+from wmrl.generation.data_parallel import place_on_rank
+from wmrl.generation.factory import build_generator
+from wmrl.generation.shared_prefix import sharing_prefixes
+from wmrl.io import append_line_durable, atomic_write_json
+from wmrl.learner.follower import lead
 from wmrl.loop import LoopShell
+from wmrl.models.cache import built_hash
 from wmrl.models.kernels import log_kernels
 from wmrl.orchestration.executed import ExecutedEnvironment, Runner
 from wmrl.orchestration.rundir import RunDir
+from wmrl.sft.data import run_context
+from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
 from wmrl.step import PHASES, StepResult
+from wmrl.tasks.overview import task_overview
+from wmrl.tasks.pool import load_pool, resolve_pool_root
 from wmrl.trainers.common import RunTotals, write_run_plots
+from wmrl.world_model.backends import HTTPBackend, InProcessBackend
+from wmrl.world_model.env import TaskCase, WorldModelEnvironment
 from wmrl.world_model.memory import Executed, ExecutedMemory, OnlineLog, executed_solutions
+from wmrl.world_model_data.examples import memory_examples, policy_samples, policy_samples_cost
 
 log = logging.getLogger(__name__)
 COST_SOURCE = "measured"
@@ -64,15 +78,6 @@ class LLMTrainer:
     def __init__(self, cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool) -> None:
         import torch
 
-        from wmrl.agent.policy import AgentPolicy
-        from wmrl.generation.data_parallel import place_on_rank
-        from wmrl.learner.follower import lead
-        from wmrl.models.cache import built_hash
-        from wmrl.sft.data import memory_examples, policy_samples, policy_samples_cost, run_context
-        from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
-        from wmrl.tasks.overview import task_overview
-        from wmrl.tasks.pool import load_pool, resolve_pool_root
-        from wmrl.world_model.env import TaskCase, WorldModelEnvironment
 
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
@@ -88,7 +93,7 @@ class LLMTrainer:
             raise RuntimeError(f"no initial policy pinned in {run.path / INITIAL_POLICY}: start the run with "
                                "`wmrl launch` or `wmrl train`, which resolve it (building it if needed) first")
         self.model_path = pinned
-        root = resolve_pool_root(cfg.tasks.root)
+        root = resolve_pool_root(cfg.tasks)
         competitions = Path(cfg.tasks.competitions_dir) if cfg.tasks.competitions_dir else None
         every = load_pool(root, "all", competitions)
         self.train_tasks = [t for t in every if t.split == (cfg.tasks.split if cfg.tasks.split != "all" else t.split)]
@@ -147,24 +152,17 @@ class LLMTrainer:
 
     def _world_model_backend(self) -> Any:
         """The frozen initial policy in this process (a second copy, never synced), or an endpoint."""
-        from wmrl.generation.factory import build_generator
-        from wmrl.world_model.backends import HTTPBackend, InProcessBackend
-
         wm = self.cfg.world_model
         if wm.backend == "http":
             return HTTPBackend(wm.url, wm.model or str(self.model_path), wm.max_new_tokens, wm.temperature,
                                wm.seed, concurrency=wm.concurrency, timeout_s=wm.timeout_s, retries=wm.retries)
         frozen = build_generator(self.model_path, self.cfg.generation, self.cfg.model.dtype)
         if wm.share_prefixes:
-            from wmrl.generation.shared_prefix import sharing_prefixes
-
             frozen = sharing_prefixes(frozen, wm.batch_size)
         return InProcessBackend(frozen, wm.max_new_tokens, wm.temperature, wm.seed)
 
     # ------------------------------------------------------------------ one step
     def run_step(self) -> dict[str, float]:
-        from wmrl.agent.records import write_rollouts
-
         metrics: dict[str, float] = {}
         eval_seconds = 0.0
         if self.step == 0 and self.cfg.train.eval_split != "none" and not self.last_eval:
@@ -229,8 +227,6 @@ class LLMTrainer:
         return out
 
     def _record_eval(self, label: str, split: str, report: EvalReport) -> None:
-        from wmrl.io import append_line_durable
-
         line = {"label": label, "step": self.step, "split": split, "at": time.time(), **report.to_dict()}
         append_line_durable(self.run_dir.path / EVALS, json.dumps(line, sort_keys=True))
         log.info("evaluation %s (%s, step %d): %.4f\n%s", label, split, self.step, report.score, report.table())

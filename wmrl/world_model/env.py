@@ -27,6 +27,7 @@ from typing import Any
 
 from wmrl.rollout import WORLD_MODEL, Feedback, Submission
 from wmrl.sandbox.probe import SandboxRuntime
+from wmrl.tasks.overview import task_overview
 from wmrl.world_model.aggregate import aggregate
 from wmrl.world_model.backends import Completion, WorldModelBackend
 from wmrl.world_model.config import WorldModelConfig
@@ -60,8 +61,6 @@ class TaskCase:
 
     @classmethod
     def from_task(cls, task: Any) -> TaskCase:
-        from wmrl.tasks.overview import task_overview
-
         try:
             size = len(task.leaderboard.scores)
         except Exception:  # noqa: BLE001 - a task without a readable leaderboard still gets predictions

@@ -10,7 +10,7 @@ place of the LLM (``world_model.memory``, beyond the paper; the LLM still answer
   their broken variants executed once (the SFT's and the agent's own mistakes, cached), the initial
   policy's own samples executed once (``world_model.memory_policy_samples``), and, with
   ``world_model.memory_online``, the anchor groups' executed solutions as a run goes (the distribution
-  the world model is asked about); held-out references never (``wmrl.sft.data.memory_examples``);
+  the world model is asked about); held-out references never (``wmrl.world_model_data.examples.memory_examples``);
 - **two models** over TF-IDF features (scikit-learn): P(runs and writes a valid submission) by a
   class-balanced logistic regression over the code's lines (each also paired with its task: a
   submission line naming one task's target column is right there and wrong elsewhere) and identifier

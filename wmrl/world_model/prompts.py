@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wmrl.sandbox.probe import SandboxRuntime
+from wmrl.sandbox.probe import SandboxRuntime, table_runtime
 
 PROMPT_STYLES = ("full", "short")
 QUALITY = "quality"
@@ -154,8 +154,6 @@ def get_checks(names: list[str] | tuple[str, ...]) -> tuple[Check, ...]:
 def tokenizer_texts() -> list[str]:
     """Texts the tiny model's tokenizer is trained on (wmrl/models/corpus.py): both simulator prompts,
     every check's instruction and the JSON answer shapes."""
-    from wmrl.sandbox.probe import table_runtime
-
     ctx = WorldModelContext(timeout_s=1200, gpus=0, runtime=table_runtime())
     import json
 

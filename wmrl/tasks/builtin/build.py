@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 from wmrl.grading.leaderboard import BUILTIN_TIE_TOLERANCE, Leaderboard
 from wmrl.grading.metrics import MAXIMIZE, get_metric
 from wmrl.grading.validate import answers_matrix, validate_submission
-from wmrl.io import share_with_group
+from wmrl.io import atomic_write_text, share_with_group
 from wmrl.progress import progress_display
 from wmrl.tasks.builtin.refcode import make_code
 from wmrl.tasks.builtin.spec import TaskData
@@ -33,6 +33,7 @@ _FLOAT = "%.6g"
 
 
 def family_registry() -> dict[str, Callable[[], TaskData]]:
+    # Pillow, scikit-image and statsmodels, only when the built-in pool is built
     from wmrl.tasks.builtin import images, tabular, text
 
     out: dict[str, Callable[[], TaskData]] = {}
@@ -61,10 +62,10 @@ def describe(data: TaskData) -> str:
     return (
         f"# {data.name}\n\n{data.summary}\n\n## Evaluation\n\n"
         f"Submissions are evaluated with **{metric.name}** ({better}) against the hidden labels of the test set.\n\n"
-        f"## Data\n\n- `train.csv`: training rows with the target `{data.target}`.\n"
-        f"- `test.csv`: test rows without the target; predict one row per `id`.\n"
+        f"## Data\n\n- `{data.train_file}`: training rows with the target `{data.target}`.\n"
+        f"- `{data.test_file}`: test rows without the target; predict one row per `{data.id_column}`.\n"
         f"- `sample_submission.csv`: a valid submission in the required format.\n{notes}\n\n"
-        f"## Submission\n\nA CSV file with the columns {columns}: the test `id` and {what}.\n"
+        f"## Submission\n\nA CSV file with the columns {columns}: the test `{data.id_column}` and {what}.\n"
     )
 
 
@@ -89,14 +90,14 @@ def run_reference(code: str, filename: str, public_dir: Path, submission: Path) 
         exec(compile(code, filename, "exec"), {"__name__": "__main__"})  # noqa: S102 - our own code
 
 
-def check_variants(data: TaskData) -> None:
+def check_variants(data: TaskData, minimum: int = MIN_REFERENCES) -> None:
     """Enough uniquely named references to make a leaderboard from their scores alone."""
     names = [v.name for v in data.variants]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"{data.task_id}: duplicate reference names {duplicates}")
-    if len(names) < MIN_REFERENCES:
-        raise ValueError(f"{data.task_id}: {len(names)} references; the leaderboard needs at least {MIN_REFERENCES}")
+    if len(names) < minimum:
+        raise ValueError(f"{data.task_id}: {len(names)} references; the leaderboard needs at least {minimum}")
 
 
 def write_leaderboard(path: Path, entries: list[tuple[float, str]], direction: str) -> Leaderboard:
@@ -109,22 +110,23 @@ def write_leaderboard(path: Path, entries: list[tuple[float, str]], direction: s
     return Leaderboard.from_scores(frame["score"].tolist(), direction, BUILTIN_TIE_TOLERANCE)
 
 
-def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
+def build_task(data: TaskData, task_dir: Path, scratch: Path, version: str = BUILTIN_VERSION,
+               min_references: int = MIN_REFERENCES) -> dict:
     public, private, reference = task_dir / "public", task_dir / "private", task_dir / "reference"
     public.mkdir(parents=True)
     (public / "description.md").write_text(describe(data), encoding="utf-8")
-    _write_csv(public / "train.csv", data.train)
-    _write_csv(public / "test.csv", data.test)
+    _write_csv(public / data.train_file, data.train)
+    _write_csv(public / data.test_file, data.test)
     _write_csv(public / "sample_submission.csv", data.sample_submission)
     for relative, payload in sorted(data.files.items()):
         (public / relative).parent.mkdir(parents=True, exist_ok=True)
         (public / relative).write_bytes(payload)
     _write_csv(private / "answers.csv", data.answers)
     metric = get_metric(data.metric)
-    answers = pd.read_csv(private / "answers.csv", dtype={"id": str})
+    answers = pd.read_csv(private / "answers.csv", dtype={data.id_column: str})
     targets = tuple(data.sample_submission.columns[1:])
     y_true = answers_matrix(answers, targets, metric)
-    check_variants(data)
+    check_variants(data, min_references)
     reference.mkdir(parents=True)
     raw: dict[str, float] = {}
     for variant in data.variants:
@@ -132,7 +134,7 @@ def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
         (reference / f"{variant.name}.py").write_text(code, encoding="utf-8")
         submission = scratch / f"{data.task_id}-{variant.name}.csv"
         run_reference(code, f"{variant.name}.py", public, submission)
-        check = validate_submission(submission, answers, "id", targets, metric)
+        check = validate_submission(submission, answers, data.id_column, targets, metric)
         if not check.valid:
             raise RuntimeError(f"{data.task_id}: reference {variant.name} wrote an invalid submission: {check.reason}")
         raw[variant.name] = round(metric(y_true, check.y_pred), 6)
@@ -147,7 +149,7 @@ def build_task(data: TaskData, task_dir: Path, scratch: Path) -> dict:
     ]}
     (reference / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     meta = {"task_id": data.task_id, "name": data.name, "metric": data.metric, "direction": metric.direction,
-            "category": data.category, "split": data.split, "source": data.source, "version": BUILTIN_VERSION}
+            "category": data.category, "split": data.split, "source": data.source, "version": version}
     (task_dir / "task.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     # Defence in depth: the sandbox runs under a fresh uid and only ever gets public/ bound, but
     # even a mistaken bind of private/ must not let it read the answers.
@@ -230,18 +232,18 @@ def _replace_task(staged: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_index(root: Path, metas: list[dict]) -> None:
-    """pool.json lists every wmrl-built task of the root: the old entries, updated by this build."""
-    from wmrl.io import atomic_write_text
-
+def _write_index(root: Path, metas: list[dict], version: str = BUILTIN_VERSION, extra: dict | None = None,
+                 keep_previous: bool = True) -> None:
+    """pool.json lists every wmrl-built task of the root: the old entries (``keep_previous``), updated by
+    this build. ``extra``: more keys for pool.json (the task families' cache key)."""
     try:
-        previous = json.loads((root / POOL_INDEX).read_text())["tasks"]
+        previous = json.loads((root / POOL_INDEX).read_text())["tasks"] if keep_previous else []
     except (OSError, ValueError, KeyError, TypeError):
         previous = []
     tasks = {t["task_id"]: t for t in previous if isinstance(t, dict) and "task_id" in t
              and (root / t["task_id"]).is_dir()}
     tasks.update({m["task_id"]: {k: m[k] for k in ("task_id", "split", "category", "metric")} for m in metas})
-    pool = {"version": BUILTIN_VERSION, "tasks": [tasks[k] for k in sorted(tasks)]}
+    pool = {**(extra or {}), "version": version, "tasks": [tasks[k] for k in sorted(tasks)]}
     atomic_write_text(root / POOL_INDEX, json.dumps(pool, indent=1, sort_keys=True) + "\n")
 
 
@@ -254,21 +256,31 @@ def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = T
     tasks not in ``only``) is left alone. A non-empty directory that is not a wmrl pool is refused.
     ``group``: the Unix group that shares the pool (:func:`wmrl.io.share_with_group`).
     """
-    root = Path(root)
     registry = family_registry()
-    names = resolve_families(only)
-    check_root(root, [TASK_IDS.get(n, n) for n in names])
+    makers = [(TASK_IDS.get(name, name), name, registry[name]) for name in resolve_families(only)]
+    return build_tasks(Path(root), makers, progress=progress, group=group)
+
+
+def build_tasks(root: Path, makers: Sequence[tuple[str, str, Callable[[], TaskData]]], *, progress: bool = True,
+                group: str = "", version: str = BUILTIN_VERSION, min_references: int = MIN_REFERENCES,
+                index_extra: dict | None = None, replace_pool: bool = False) -> list[dict]:
+    """Build ``makers`` (``(task_id, family, make)``) into ``root`` as :func:`build_pool` describes.
+
+    ``replace_pool``: the new tasks are the whole pool; wmrl-built tasks of an earlier build that are
+    not among them are removed (a task-family pool built again with fewer instances).
+    """
+    check_root(root, [task_id for task_id, _, _ in makers])
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{root.name}.", dir=root.parent))
     metas = []
     try:
         with tempfile.TemporaryDirectory(prefix="wmrl-build-") as scratch:
-            bar = progress_display(len(names), "building tasks", "task", show=None if progress else False)
-            for name in names:
-                data = registry[name]()
-                metas.append(build_task(data, staging / data.task_id, Path(scratch)))
+            bar = progress_display(len(makers), "building tasks", "task", show=None if progress else False)
+            for _, family, make in makers:
+                data = make()
+                metas.append(build_task(data, staging / data.task_id, Path(scratch), version, min_references))
                 (staging / data.task_id / MARKER).write_text(
-                    json.dumps({"built_by": "wmrl tasks build", "family": name, "version": BUILTIN_VERSION},
+                    json.dumps({"built_by": "wmrl tasks build", "family": family, "version": version},
                                sort_keys=True) + "\n", encoding="utf-8")
                 bar.update(1)
             bar.close()
@@ -278,8 +290,12 @@ def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = T
             share_with_group(root, group)
         for meta in metas:
             _replace_task(staging / meta["task_id"], root / meta["task_id"])
-        _write_index(root, metas)
+        if replace_pool:
+            built = {m["task_id"] for m in metas}
+            for stale in sorted(p for p in root.iterdir()
+                                if p.is_dir() and not p.name.startswith(".") and p.name not in built and is_wmrl_task(p)):
+                shutil.rmtree(stale)
+        _write_index(root, metas, version, index_extra, keep_previous=not replace_pool)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return metas
-

@@ -112,19 +112,19 @@ MODELS: dict[str, tuple[str, str]] = {
 
 OUTPUTS: dict[str, str] = {
     "label": '''pred = model.predict(X_test)
-pd.DataFrame({"id": test_ids, "__TARGET__": pred}).to_csv(SUBMISSION_PATH, index=False)
+pd.DataFrame({"__ID__": test_ids, "__TARGET__": pred}).to_csv(SUBMISSION_PATH, index=False)
 ''',
     "value": '''pred = model.predict(X_test)
-pd.DataFrame({"id": test_ids, "__TARGET__": pred}).to_csv(SUBMISSION_PATH, index=False)
+pd.DataFrame({"__ID__": test_ids, "__TARGET__": pred}).to_csv(SUBMISSION_PATH, index=False)
 ''',
     "prob_binary": '''proba = model.predict_proba(X_test)
 classes = list(model.classes_)
 pred = proba[:, classes.index(1)] if 1 in classes else np.zeros(len(test_ids))
-pd.DataFrame({"id": test_ids, "__TARGET__": pred}).to_csv(SUBMISSION_PATH, index=False)
+pd.DataFrame({"__ID__": test_ids, "__TARGET__": pred}).to_csv(SUBMISSION_PATH, index=False)
 ''',
     "prob_multi": '''sample = pd.read_csv(os.path.join(DATA_DIR, "sample_submission.csv"))
 proba = model.predict_proba(X_test)
-submission = pd.DataFrame({"id": test_ids})
+submission = pd.DataFrame({"__ID__": test_ids})
 for column in sample.columns[1:]:
     submission[column] = 0.0
 for k, label in enumerate(model.classes_):
@@ -160,6 +160,6 @@ def make_code(data: TaskData, variant: ReferenceSpec) -> str:
         f"FRACTION = {variant.fraction!r}\n" + SUBSET,
         SHUFFLE if variant.shuffle_labels else "",
         FIT.replace("__MODEL__", expression.format(**variant.params)),
-        OUTPUTS[data.output].replace("__TARGET__", data.target),
+        OUTPUTS[data.output].replace("__TARGET__", data.target).replace("__ID__", data.id_column),
     ]
     return "\n".join(part for part in parts if part)

@@ -42,6 +42,10 @@ class TaskData:
     target: str = "label"
     files: dict[str, bytes] = field(default_factory=dict)  # extra public files (images, zips)
     data_notes: list[str] = field(default_factory=list)  # bullet points for the description
+    # Public file names and the id column (the task families vary them; the built-in tasks keep these).
+    train_file: str = "train.csv"
+    test_file: str = "test.csv"
+    id_column: str = "id"
 
 
 def shuffle_split(n: int, test_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
 
 from wmrl.world_model.memory import Executed, code_lines
-from wmrl.world_model.variants import clean_reference
+from wmrl.world_model_data.variants import clean_reference
 
 NEAR_COPY_RATIO = 0.9
 _TOKEN = re.compile(r"\w+|[^\w\s]")

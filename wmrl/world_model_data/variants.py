@@ -17,7 +17,7 @@ crash               the training labels or test features cut short (ValueError a
 invalid_submission  the submission frame without its first row, or its ``id`` column renamed
 foreign_target      the submission's target column named as another task's (``"positive"`` for
                     ``"topic"``): the agent's own mistake, not in the SFT recipe (see below)
-policy_sample       not a mutation: a solution the SFT policy wrote (``wmrl.sft.data.policy_samples``)
+policy_sample       not a mutation: a solution the SFT policy wrote (``wmrl.world_model_data.examples.policy_samples``)
 ==================  =====================================================================
 
 ``AGENT_MISTAKES`` are kinds mined from the rollout records of the tiny sweep (every executed
@@ -47,7 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.execution import execute_and_grade
 from wmrl.io import atomic_write_json
+from wmrl.progress import progress_display
 from wmrl.rollout import content_key
 
 MUTATIONS = ("wrong_column", "missing_import", "not_installed", "wrong_file", "crash", "invalid_submission")
@@ -244,9 +246,6 @@ def real_outcomes(variants: list[SolutionVariant], tasks: dict[str, Any], backen
     executed in ``backend`` (``workers`` at once) unless the cache already holds them. The cache is
     keyed by the backend, its revision, the time limit and ``runtime`` (the probed
     :class:`~wmrl.sandbox.probe.SandboxRuntime` of ``backend``: its interpreter and library versions)."""
-    from wmrl.execution import execute_and_grade
-    from wmrl.progress import progress_display
-
     cache = cache_dir() / f"{backend.name}-r{backend.revision}-{limits.timeout_s:g}s-{runtime.digest()}"
     cache.mkdir(parents=True, exist_ok=True)
     results: dict[str, Outcome] = {}

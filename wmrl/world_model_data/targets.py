@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from wmrl.world_model.prompts import QUALITY
-from wmrl.world_model.variants import Outcome
+from wmrl.world_model_data.variants import Outcome
 
 # Exception class -> the check whose failure mode it is (the rest: "runtime").
 CHECK_OF_ERROR = {
