@@ -143,6 +143,7 @@ MOVED_KEYS: tuple[MovedKey, ...] = (
 
 def _move_keys(layer: Any, where: str) -> None:
     """Move every old key of ``MOVED_KEYS`` that ``layer`` (a file's or the overrides') sets to its new place."""
+    read: dict[str, list[str]] = {}  # why -> "new=value" read from an old key
     for moved in MOVED_KEYS:
         parent_key, _, name = moved.old.rpartition(".")
         parent = OmegaConf.select(layer, parent_key) if OmegaConf.is_dict(layer) else None
@@ -152,7 +153,9 @@ def _move_keys(layer: Any, where: str) -> None:
         if OmegaConf.select(layer, moved.new) is not None and moved.old_meant_nothing(layer):
             continue
         OmegaConf.update(layer, moved.new, value, force_add=True)
-        warnings.warn(f"{where}: {moved.old} is {moved.new} now ({moved.why}); read as {moved.new}={value}",
+        read.setdefault(moved.why, []).append(f"{moved.old} is {moved.new} now; read as {moved.new}={value}")
+    if read:  # one warning per file (an old run directory moves 13 keys at once), not one per key
+        warnings.warn(f"{where}: " + "; ".join(f"{'; '.join(keys)} ({why})" for why, keys in read.items()),
                       FutureWarning, stacklevel=3)
 
 
