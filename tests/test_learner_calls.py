@@ -77,11 +77,15 @@ def test_a_follower_ends_with_an_error_soon_after_rank_0_dies_between_calls(mode
     assert "LeaderGone: rank 0 is gone" in log, log[-3000:]
 
 
-def run_two_ranks(script: str) -> tuple[list[subprocess.Popen], list[str]]:
-    """``script`` as ranks 0 and 1 of a gloo world of two (no DeepSpeed); their exit codes and outputs."""
+def run_two_ranks(script: str, start_line: Path) -> tuple[list[subprocess.Popen], list[str]]:
+    """``script`` as ranks 0 and 1 of a gloo world of two (no DeepSpeed); their exit codes and outputs.
+
+    ``start_line``: an empty directory where the ranks meet before they join the group, so that the
+    group's short timeout never measures one interpreter's start against the other's (a loaded machine).
+    """
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), WORLD_SIZE="2",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), START_LINE=str(start_line))
     procs = [subprocess.Popen([sys.executable, "-c", script], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     try:
@@ -98,11 +102,16 @@ import sys, time
 from datetime import timedelta
 import torch.distributed as dist
 from wmrl.learner.channel import CallChannel
-dist.init_process_group("gloo", timeout=timedelta(seconds=2))  # env:// from start_ranks' variables
+import os, pathlib
+line = pathlib.Path(os.environ["START_LINE"])  # both ranks past their imports before the 3 s clock runs
+(line / os.environ["RANK"]).touch()
+while len(list(line.iterdir())) < 2:
+    time.sleep(0.01)
+dist.init_process_group("gloo", timeout=timedelta(seconds=3))  # env:// from start_ranks' variables
 channel = CallChannel()
 if dist.get_rank() == 0:
     with channel.leading("made", 41):
-        time.sleep(6)  # rank 0 alone for 3 times the group timeout: the follower waits on the channel
+        time.sleep(9)  # rank 0 alone for 3 times the group timeout: the follower waits on the channel
     with channel.leading("not registered"):
         pass
     time.sleep(1)
@@ -113,8 +122,8 @@ else:
 
 
 def test_a_call_the_follower_did_not_register_is_named_with_what_it_registered(tmp_path: Path) -> None:
-    """Without DeepSpeed: the channel alone outwaits a 2 s group timeout, and refuses an unknown call."""
-    procs, outs = run_two_ranks(CHANNEL_SCRIPT)
+    """Without DeepSpeed: the channel alone outwaits a 3 s group timeout, and refuses an unknown call."""
+    procs, outs = run_two_ranks(CHANNEL_SCRIPT, tmp_path)
     assert procs[0].returncode == 0, outs[0][-3000:]
     assert procs[1].returncode != 0 and "made 42" in outs[1], outs[1][-3000:]
     assert "rank 0 made the call 'not registered', which rank 1 did not register (it registered ['made'])" in outs[1]
@@ -125,9 +134,14 @@ import sys, time
 from datetime import timedelta
 import torch.distributed as dist
 from wmrl.learner.channel import CallChannel
-dist.init_process_group("gloo", timeout=timedelta(seconds=2))  # env:// from start_ranks' variables
+import os, pathlib
+line = pathlib.Path(os.environ["START_LINE"])  # both ranks past their imports before the 3 s clock runs
+(line / os.environ["RANK"]).touch()
+while len(list(line.iterdir())) < 2:
+    time.sleep(0.01)
+dist.init_process_group("gloo", timeout=timedelta(seconds=3))  # env:// from start_ranks' variables
 if dist.get_rank() == 0:
-    time.sleep(6)  # the coordinator's own start (pool, tracking, the initial policy) before lead() opens the channel
+    time.sleep(9)  # the coordinator's own start (pool, tracking, the initial policy) before lead() opens the channel
 channel = CallChannel()
 if dist.get_rank() == 0:
     with channel.leading("made", 41):
@@ -143,6 +157,6 @@ def test_a_follower_waits_for_rank_0_to_open_the_channel_far_longer_than_the_gro
     """Rank 0 joins the learner group when its coordinator starts (wmrl/orchestration/coordinator.py), then
     works alone before it opens the channel: the follower, already in the group, waits on the channel's
     own timeout, not the group's."""
-    procs, outs = run_two_ranks(EARLY_JOIN_SCRIPT)
+    procs, outs = run_two_ranks(EARLY_JOIN_SCRIPT, tmp_path)
     assert [p.returncode for p in procs] == [0, 0], outs
     assert "made 42" in outs[1] and "calls 1" in outs[1], outs[1][-3000:]
