@@ -150,6 +150,7 @@ if dist.get_rank() == 0:
 else:
     channel.register("made", lambda x: print("made", x + 1, flush=True))
     print("calls", channel.serve(), flush=True)
+dist.destroy_process_group()  # as follow() ends: a live gloo group at exit aborts ("terminate called ...")
 """
 
 

@@ -63,11 +63,17 @@ def cluster() -> None:
         pytest.skip(problem)
 
 
-def _wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
+def _wait_for(what: str, check: Callable[[], bool], timeout: float, job: str = "") -> None:
+    """Poll ``check``; on timeout say what Slurm thinks of ``job`` (pending on what, running where)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            state = ""
+            if job:
+                shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, check=False)
+                queue = subprocess.run(["squeue", "-o", "%i %T %r %j"], capture_output=True, text=True, check=False)
+                state = f"\nscontrol show job {job}:\n{shown.stdout or shown.stderr}\nsqueue:\n{queue.stdout}"
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{state}")
         time.sleep(0.2)
 
 
@@ -301,7 +307,7 @@ def test_coordinator_template_requeues_itself_after_usr1(cluster: None, tmp_path
     job = _submit_template(tmp_path, "coordinator.sbatch", "--time=5")
     log = tmp_path / "coordinator-0.log"
     try:
-        _wait_for("the coordinator to start", lambda: _lines(log) == ["start 0"], 60)
+        _wait_for("the coordinator to start", lambda: _lines(log) == ["start 0"], 60, job)
         _run("scancel", "--batch", "--signal=USR1", job)
         # The job requeues itself; lift the cred_expire delay so the test need not wait it out.
         _run(str(REQUEUE_NOW), job, "--no-requeue", timeout=90)
