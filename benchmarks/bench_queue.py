@@ -33,12 +33,12 @@ import numpy as np
 from tqdm import tqdm
 
 from wmrl.config import load_config, to_yaml
-from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.orchestration.rundir import RunDir, create_run_dir
-from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
+from wmrl.execution.service import LocalExecutor, SpoolExecutionService
+from wmrl.storage.records import ExecutionOutcomeRecord, ExecutionRequest
+from wmrl.storage.rundir import RunDir, create_run_dir
 
-NOOP = "wmrl.orchestration.work:noop_work"
-PYTHON = "wmrl.orchestration.work:python_work"
+NOOP = "wmrl.execution.work:noop_work"
+PYTHON = "wmrl.execution.work:python_work"
 SLEEP_1S = "import time; time.sleep(1.0); print(0.5)"
 
 

@@ -2,7 +2,7 @@
 
 It reads what the run recorded (nothing is re-run): each step's row of ``RUN_DIR/metrics.jsonl`` holds the
 step's wall seconds (``step_seconds``, measured by the coordinator around the trainer's step) and its
-seconds per phase (``wmrl.trainers.llm.STEP_PHASE_KEYS``: generation, world model, execution, learner,
+seconds per phase (``wmrl.trainers.llm.names.STEP_PHASE_KEYS``: generation, world model, execution, update,
 weight sync, I/O, and the evaluation and learner checkpoint that some steps include); ``other`` is the rest
 of the step (choosing anchors, calibration, scoring, bookkeeping). Peak memory: the coordinator process's
 peak resident set (``peak_rss_mb``, getrusage) and its largest ended child process, the largest over the
@@ -44,8 +44,8 @@ def mean_se(values: list[float]) -> tuple[float, float]:
 def breakdown(run_dir: Path) -> dict[str, Any]:
     """Per-phase mean ± s.e. over the run's steps, the share of the mean step, and the memory peaks."""
     from wmrl.config import load_config
-    from wmrl.orchestration.metrics_log import METRICS, read_rows
-    from wmrl.trainers.llm import STEP_PHASE_KEYS
+    from wmrl.storage.metrics_log import METRICS, read_rows
+    from wmrl.trainers.llm.names import STEP_PHASE_KEYS
 
     rows = [r for _, r in sorted(read_rows(run_dir / METRICS).items())]
     if not rows:

@@ -35,7 +35,7 @@ def main() -> None:
     from wmrl.agent.parse import parse_reply
     from wmrl.agent.prompts import agent_messages, system_prompt
     from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
-    from wmrl.execution import execute_and_grade
+    from wmrl.execution.outcome import execute_and_grade
     from wmrl.generation.hf import TransformersGenerator
     from wmrl.sandbox import limits_from_config, make_backend
     from wmrl.sft.data import run_context

@@ -41,7 +41,7 @@ from launch_support import (
 from mlflow_server import MlflowServer, free_port
 
 from wmrl.io import read_json
-from wmrl.orchestration.rundir import RunDir
+from wmrl.storage.rundir import RunDir
 
 EXTRA = ["launch.timing.checkpoint_every_s=0.5", "launch.timing.idle_timeout_s=120"]
 
@@ -116,7 +116,7 @@ def coordinator_sigkill_local(root: Path, steps: int, reference: dict[str, Any])
 
 def coordinator_sigkill_slurm(root: Path, steps: int, reference: dict[str, Any]) -> dict[str, Any]:
     from wmrl.orchestration.launch import submit_run
-    from wmrl.orchestration.slurm import WORKERS, cancel_jobs, load_jobs
+    from wmrl.slurm.client import WORKERS, cancel_jobs, load_jobs
 
     cfg = dry_config(root, "coord-kill-slurm", steps, *EXTRA, "launch.executor=slurm")
     run = make_run(cfg)
@@ -184,7 +184,7 @@ def _each_metric_once(uri: str, run: RunDir, steps: int) -> bool:
 
     from mlflow.tracking import MlflowClient
 
-    from wmrl.orchestration.metrics_log import read_rows
+    from wmrl.storage.metrics_log import read_rows
 
     run_id = (run.path / "mlflow_run_id").read_text().strip()
     client = MlflowClient(uri)
@@ -242,7 +242,7 @@ def deleted_calibration(root: Path, steps: int, reference: dict[str, Any], good_
 
 
 def _resumed_at(run: RunDir) -> Any:
-    from wmrl.orchestration.health import read_events
+    from wmrl.storage.health import read_events
 
     resumed = [e for e in read_events(run) if e["event"] == "resumed"]
     return resumed[-1]["checkpoint_step"] if resumed else None

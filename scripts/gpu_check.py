@@ -118,7 +118,7 @@ def plans(args: argparse.Namespace, gpu_gb: float) -> tuple[Any, Any, Any, Any]:
     """(check config, its text config, the check's plan, the config's own plan)."""
     from wmrl.config import load_config
     from wmrl.models.architecture import parameter_counts
-    from wmrl.orchestration.memory_plan import model_counts, plan
+    from wmrl.planning.memory import model_counts, plan
 
     extra = ["learner.precision=fp32"] if args.cpu_dry_run else []  # before the user's overrides
     own = load_config(args.config, [*extra, *args.overrides])

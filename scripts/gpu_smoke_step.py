@@ -120,8 +120,8 @@ def run_config(model_dir: Path, runs_root: Path, dry_run: bool) -> dict[str, Any
 
 def breakdown(run_dir: Path) -> dict[str, Any]:
     """The step-time breakdown of the run's first step, from ``metrics.jsonl``."""
-    from wmrl.orchestration.metrics_log import METRICS, read_rows
-    from wmrl.trainers.llm import STEP_PHASE_KEYS
+    from wmrl.storage.metrics_log import METRICS, read_rows
+    from wmrl.trainers.llm.names import STEP_PHASE_KEYS
 
     rows = read_rows(run_dir / METRICS)
     m = rows[min(rows)]

@@ -46,7 +46,7 @@ def measure(device: str, precision: str, vocab: int, chunk: int, hidden: int, po
     import torch
 
     from wmrl.learner.head import policy_tokens
-    from wmrl.orchestration.memory_plan import loss_head_bytes
+    from wmrl.planning.memory import loss_head_bytes
 
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     torch.manual_seed(0)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from wmrl.config import WMRLConfig, load_config, to_yaml
 from wmrl.io import read_json
-from wmrl.orchestration.health import read_events
-from wmrl.orchestration.rundir import RunDir, create_run_dir
+from wmrl.storage.health import read_events
+from wmrl.storage.rundir import RunDir, create_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
 DRY = [
-    "trainer=dry", "launch.work=wmrl.orchestration.work:python_work",
+    "trainer=dry", "launch.work=wmrl.execution.work:python_work",
     "simulator.tasks=3", "simulator.candidates=4",
     "algorithm.groups_per_step=4", "algorithm.group_size=3", "algorithm.anchor_frac=0.25",
     "algorithm.min_pairs=6", "algorithm.refit_every=3", "algorithm.eta_window=6",

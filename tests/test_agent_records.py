@@ -16,6 +16,7 @@ from wmrl.agent.prompts import PromptContext
 from wmrl.agent.records import read_rollouts, rollout_path, write_rollouts
 from wmrl.cli.main import main
 from wmrl.generation.base import SamplingParams
+from wmrl.rollout import EXECUTED
 from wmrl.sandbox.probe import table_runtime
 from wmrl.world_model.backends import InProcessBackend
 from wmrl.world_model.config import WorldModelConfig
@@ -43,7 +44,8 @@ def groups(tmp_path: Path):
 
 
 def test_records_round_trip_everything_the_learner_needs(groups, tmp_path):
-    groups[0][0].r, groups[0][0].r_hat = 0.3, 0.4
+    anchor = groups[0][0]  # an anchor trajectory: its true score and its pair's world-model score
+    anchor.role, anchor.score, anchor.pair_score = EXECUTED, 0.3, 0.4
     write_rollouts(tmp_path / "run", 7, groups, {"rho": 1.5})
     header, back = read_rollouts(tmp_path / "run", 7)
     assert header["extra"] == {"rho": 1.5} and len(back) == 2 and [len(g) for g in back] == [2, 2]
@@ -54,7 +56,9 @@ def test_records_round_trip_everything_the_learner_needs(groups, tmp_path):
             assert (t2.score, t2.kept_turn, t2.final_code, t2.role) == (t.score, t.kept_turn, t.final_code, t.role)
             assert t2.seconds == t.seconds and t2.tokens == t.tokens
             assert t2.turns[0].feedback.details == t.turns[0].feedback.details
-    assert (back[0][0].r, back[0][0].r_hat) == (0.3, 0.4)
+    assert (back[0][0].r, back[0][0].r_hat, back[0][0].pair_score) == (0.3, 0.4, 0.4)
+    world_model = back[1][0]  # a world-model trajectory's score is its r_hat; it has no r
+    assert (world_model.r, world_model.r_hat) == (None, groups[1][0].score)
 
 
 def test_the_shared_first_prompt_is_stored_once(groups, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from pathlib import Path
 
@@ -142,6 +143,21 @@ def test_launch_timings_are_one_section_and_their_old_keys_still_load(tmp_path: 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_config(new).launch.timing.heartbeat_s == 5.0
+
+
+def test_a_work_function_of_the_old_orchestration_package_still_loads(tmp_path: Path) -> None:
+    """A run directory made before the run wing's rooms (issue 33) names its workers' work function by its
+    old path; it loads as the function's new home, with one FutureWarning, and runs there."""
+    old = tmp_path / "config.yaml"
+    old.write_text("launch:\n  work: wmrl.orchestration.work:real_work\n")
+    with pytest.warns(FutureWarning, match=r"launch.work=wmrl.orchestration.work:real_work is "
+                                           r"wmrl.orchestration.anchors:real_work now"):
+        assert load_config(old).launch.work == "wmrl.orchestration.anchors:real_work"
+    with pytest.warns(FutureWarning, match=r"wmrl.execution.work:python_work"):
+        moved = load_config(None, ["launch.work=wmrl.orchestration.work:python_work"]).launch.work
+    module, _, name = moved.partition(":")
+    assert callable(getattr(importlib.import_module(module), name))
+    assert load_config().launch.work == "wmrl.orchestration.anchors:real_work"
 
 
 @pytest.mark.parametrize("path", sorted([*(Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"),

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from wmrl.cli.main import main
-from wmrl.execution import ExecutionOutcome, execute_and_grade
+from wmrl.execution.outcome import ExecutionOutcome, execute_and_grade
 from wmrl.sandbox import SandboxConfig, limits_from_config, make_backend
 from wmrl.tasks.layouts import load_task
 from wmrl.tasks.testing import make_wmrl_task

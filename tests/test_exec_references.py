@@ -2,7 +2,7 @@
 
 import pytest
 
-from wmrl.execution import execute_and_grade
+from wmrl.execution.outcome import execute_and_grade
 from wmrl.sandbox import SandboxConfig, limits_from_config, make_backend
 from wmrl.tasks.pool import ensure_builtin_pool, load_pool
 

@@ -18,16 +18,16 @@ import pytest
 
 from wmrl.config import load_config, to_yaml
 from wmrl.config_checks import ConfigError
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.executed import to_feedback
-from wmrl.orchestration.gpu_share import array_tasks, slot_env, slots_per_task
-from wmrl.orchestration.records import ExecutionRequest
-from wmrl.orchestration.rundir import create_run_dir
-from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
+from wmrl.execution.config import LaunchConfig
+from wmrl.execution.executed import to_feedback
+from wmrl.execution.gpu_share import array_tasks, slot_env, slots_per_task
+from wmrl.execution.service import LocalExecutor, SpoolExecutionService
 from wmrl.sandbox.base import SandboxLimits
 from wmrl.sandbox.runspec import gpu_env
+from wmrl.storage.records import ExecutionRequest
+from wmrl.storage.rundir import create_run_dir
 
-PYTHON_WORK = "wmrl.orchestration.work:python_work"
+PYTHON_WORK = "wmrl.execution.work:python_work"
 FAST = {"timing.lease_s": 1.5, "timing.heartbeat_s": 0.2, "timing.poll_min_s": 0.02, "timing.poll_max_s": 0.2}
 # Each execution reports what it was told and when it ran (it waits until its neighbour has started).
 CODE = """
@@ -84,7 +84,7 @@ def test_two_executions_share_one_gpu_at_once_each_told_half_and_counted_at_half
 
 
 def test_a_whole_gpu_execution_is_counted_at_its_wall_seconds(tmp_path):
-    from wmrl.orchestration.records import ExecutionOutcomeRecord
+    from wmrl.storage.records import ExecutionOutcomeRecord
 
     rec = ExecutionOutcomeRecord("r", "t", "done", 1.0, {"score": 1.0}, "w", 1, 0.0, 10.0, 10.0)
     assert to_feedback("1/0/0/0", rec).seconds == 10.0
@@ -128,7 +128,7 @@ def test_the_cluster_configs_put_two_anchor_executions_on_each_gpu(name):
 def test_a_slurm_array_task_runs_one_worker_slot_per_share_of_its_gpu(tmp_path, fake_gpu):
     """The body of an array task (run_worker_task's shared-GPU path), called here in-process: two slots
     named after the task, each on GPU 0 with half of it, until they go idle."""
-    from wmrl.orchestration.slurm import run_worker_slots
+    from wmrl.slurm.client import run_worker_slots
 
     cfg, run, service, reqs = two_queued_executions(tmp_path, "launch.worker_gpus=1", "launch.timing.idle_timeout_s=3")
     summary = run_worker_slots(run, cfg, PYTHON_WORK, "node1-77_3-123")
@@ -148,7 +148,7 @@ def test_on_the_local_slurm_an_array_task_with_one_fake_gpu_runs_two_executions_
     allocation, not from this process (CUDA_VISIBLE_DEVICES is unset here), and both slots use it."""
     from launch_support import require_slurm, squeue_gone, wait_until
 
-    from wmrl.orchestration.slurm import cancel_jobs, submit_workers
+    from wmrl.slurm.client import cancel_jobs, submit_workers
 
     require_slurm()
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # the nvidia-smi stand-in stays on PATH (sbatch exports it)
@@ -212,7 +212,7 @@ def test_own_mps_starts_a_daemon_for_the_slots_and_enforces_each_share(tmp_path,
 
 
 def test_mps_modes_are_named_and_own_without_the_control_binary_says_what_to_do(tmp_path, fake_gpu, monkeypatch):
-    from wmrl.orchestration.gpu_share import mps_daemon
+    from wmrl.execution.gpu_share import mps_daemon
 
     with pytest.raises(ConfigError, match=r"launch.mps='always' is not allowed; choose one of: off, own, site"):
         load_config(None, ["run_name=t", "launch.mps=always"])

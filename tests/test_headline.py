@@ -16,10 +16,10 @@ from wmrl.configs import TINY_CONFIG
 from wmrl.evaluation import EvalReport, TaskScore
 from wmrl.io import append_line_durable
 from wmrl.models.cache import MARKER
-from wmrl.orchestration.metrics_log import MetricsLog
-from wmrl.orchestration.rundir import create_run_dir
+from wmrl.storage.metrics_log import MetricsLog
+from wmrl.storage.rundir import create_run_dir
 from wmrl.sft.pipeline import pinned_initial_policy
-from wmrl.trainers.llm import EVALS, MEMORY_BUILD
+from wmrl.trainers.llm.names import EVALS, MEMORY_BUILD
 
 
 def _evaluation(run: Path, label: str, step: int, split: str, scores: list[float]) -> None:

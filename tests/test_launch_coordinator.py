@@ -19,9 +19,9 @@ from launch_support import (
 )
 
 from wmrl.io import read_json
-from wmrl.orchestration.checkpoint import CheckpointStore
 from wmrl.orchestration.coordinator import Coordinator, SaveSchedule, iter_metrics
-from wmrl.orchestration.lock import RunLockHeld
+from wmrl.storage.checkpoint import CheckpointStore
+from wmrl.storage.lock import RunLockHeld
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 from launch_support import REPO
 
-from wmrl.orchestration.rundir import RunDir
 from wmrl.sandbox import SandboxError
 from wmrl.sandbox.bwrap_binary import find_bwrap
+from wmrl.storage.rundir import RunDir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -21,7 +21,7 @@ def check_e2e_run_dir(run: RunDir, steps: int) -> None:
     from wmrl.calibration.calibrator import Calibrator
     from wmrl.config import load_config
     from wmrl.orchestration.coordinator import iter_metrics
-    from wmrl.orchestration.spool import Spool
+    from wmrl.storage.spool import Spool
 
     assert run.ended_reason() == "finished"
     cfg = load_config(run.config_path)

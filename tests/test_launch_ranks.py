@@ -14,8 +14,7 @@ from launch_support import REPO, dry_config, make_run, require_slurm, wait_until
 
 from wmrl.config import ConfigError, to_yaml
 from wmrl.learner.distributed import MASTER_PORT_RANGE, slurm_rendezvous
-from wmrl.orchestration.preflight import PreflightError, check_learner_ranks
-from wmrl.orchestration.slurm import (
+from wmrl.slurm.client import (
     COORDINATOR,
     WORKERS,
     cancel_jobs,
@@ -23,6 +22,7 @@ from wmrl.orchestration.slurm import (
     slurm_executor,
     template_path,
 )
+from wmrl.slurm.preflight import PreflightError, check_learner_ranks
 
 needs_srun = pytest.mark.skipif(shutil.which("srun") is None, reason="submitit's SlurmExecutor needs srun on PATH")
 

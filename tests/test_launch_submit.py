@@ -9,7 +9,7 @@ import pytest
 from launch_support import dry_config, make_run
 
 from wmrl.config import ConfigError
-from wmrl.orchestration.slurm import (
+from wmrl.slurm.client import (
     COORDINATOR,
     WORKERS,
     clean_slurm_environment,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from wmrl.orchestration.memory_plan import (
+from wmrl.planning.memory import (
     DTYPE_BYTES,
     LOSS_HEAD_BYTES,
     LOSS_HEAD_MARGIN,

@@ -75,7 +75,7 @@ def test_an_llm_run_records_its_memorys_one_time_build(micro_run):
     """The trainer writes RUN_DIR/memory_build.json at its first start: what scripts/headline.py charges."""
     from wmrl.models.cache import built_hash
     from wmrl.sft.pipeline import read_pinned_initial_policy
-    from wmrl.trainers.llm import MEMORY_BUILD
+    from wmrl.trainers.llm.names import MEMORY_BUILD
 
     record = json.loads((micro_run / MEMORY_BUILD).read_text())
     assert record["build"] == built_hash(read_pinned_initial_policy(micro_run, log=lambda *a: None))

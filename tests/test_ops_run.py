@@ -25,8 +25,8 @@ from mlflow_server import MlflowServer, free_port
 
 from wmrl.cli.status import collect
 from wmrl.orchestration.coordinator import Coordinator
-from wmrl.orchestration.metrics_log import read_rows
-from wmrl.orchestration.rundir import RunDir
+from wmrl.storage.metrics_log import read_rows
+from wmrl.storage.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(600)
 

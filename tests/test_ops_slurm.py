@@ -21,8 +21,8 @@ from launch_support import (
 from mlflow_server import free_port
 
 from wmrl.orchestration.launch import submit_run
-from wmrl.orchestration.metrics_log import read_rows
-from wmrl.orchestration.slurm import WORKERS, cancel_jobs, load_jobs
+from wmrl.slurm.client import WORKERS, cancel_jobs, load_jobs
+from wmrl.storage.metrics_log import read_rows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 

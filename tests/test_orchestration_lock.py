@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from wmrl.orchestration.lock import LockOwner, RunLock, RunLockHeld
+from wmrl.storage.lock import LockOwner, RunLock, RunLockHeld
 
 HOLDER = (
     "import sys, time, dataclasses\n"
-    "from wmrl.orchestration.lock import RunLock, LockOwner\n"
+    "from wmrl.storage.lock import RunLock, LockOwner\n"
     "owner = LockOwner.current()\n"
     "if sys.argv[2] != '-': owner = dataclasses.replace(owner, host=sys.argv[2])\n"
     "lock = RunLock(sys.argv[1], stale_s=float(sys.argv[3]), heartbeat_s=0.1, owner=owner)\n"
@@ -105,7 +105,7 @@ def test_other_slurm_job_does_not_take_over_a_fresh_lock(tmp_path: Path) -> None
 
 CONTENDER = (
     "import sys, dataclasses\n"
-    "from wmrl.orchestration.lock import RunLock, LockOwner, RunLockHeld\n"
+    "from wmrl.storage.lock import RunLock, LockOwner, RunLockHeld\n"
     "lock = RunLock(sys.argv[1], stale_s=5.0, owner=dataclasses.replace(LockOwner.current(), host='node-x'))\n"
     "sys.stdin.readline()\n"
     "try:\n"

@@ -9,7 +9,7 @@ import pytest
 
 from wmrl.config import ConfigError, load_config, to_yaml
 from wmrl.io import read_json
-from wmrl.orchestration.rundir import LAYOUT, RunDir, config_mismatch, create_run_dir
+from wmrl.storage.rundir import LAYOUT, RunDir, config_mismatch, create_run_dir
 
 
 def test_new_run_directory_has_the_layout_config_and_manifest(tmp_path: Path) -> None:

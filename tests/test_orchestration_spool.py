@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from wmrl.config import load_config, to_yaml
+from wmrl.execution.config import LaunchConfig
+from wmrl.execution.service import SpoolExecutionService
 from wmrl.io import TMP_PREFIX
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.records import (
+from wmrl.storage.records import (
     ExecutionOutcomeRecord,
     ExecutionRequest,
     InvalidResult,
     make_request_id,
 )
-from wmrl.orchestration.rundir import RunDir, create_run_dir
-from wmrl.orchestration.service import SpoolExecutionService
-from wmrl.orchestration.spool import LeaseWatch, Spool
+from wmrl.storage.rundir import RunDir, create_run_dir
+from wmrl.storage.spool import LeaseWatch, Spool
 
 
 def make_run(tmp_path: Path, **launch: object) -> tuple[RunDir, LaunchConfig]:
@@ -93,7 +93,7 @@ def test_competing_processes_claim_each_request_exactly_once(tmp_path: Path) -> 
     for i in range(120):
         spool.enqueue(request(i))
     script = (
-        "import sys; from wmrl.orchestration.rundir import RunDir; from wmrl.orchestration.spool import Spool\n"
+        "import sys; from wmrl.storage.rundir import RunDir; from wmrl.storage.spool import Spool\n"
         "s = Spool(RunDir(sys.argv[1])); got = []\n"
         "while (c := s.claim_next(sys.argv[2])) is not None: got.append(c.request.request_id)\n"
         "print('\\n'.join(got))\n"
@@ -198,9 +198,9 @@ def test_sweeper_removes_old_temp_files_and_keeps_fresh_ones(tmp_path: Path) -> 
 def test_writer_killed_mid_publish_leaves_no_partial_result(tmp_path: Path) -> None:
     run, _ = make_run(tmp_path)
     script = (
-        "import sys, time; from wmrl.orchestration.rundir import RunDir\n"
-        "from wmrl.orchestration.spool import Spool\n"
-        "from wmrl.orchestration.records import ExecutionOutcomeRecord as R\n"
+        "import sys, time; from wmrl.storage.rundir import RunDir\n"
+        "from wmrl.storage.spool import Spool\n"
+        "from wmrl.storage.records import ExecutionOutcomeRecord as R\n"
         "s = Spool(RunDir(sys.argv[1])); i = 0\n"
         "while True:\n"
         "    s.publish(R(f'r{i:06d}', 't', 'done', 0.5, {'pad': 'x' * 4_000_000}, 'w', 0, 0.0, 0.0, 0.0)); i += 1\n"
@@ -322,7 +322,7 @@ def test_stats_count_queue_claims_and_results(tmp_path: Path) -> None:
 
 
 def test_throughput_is_measured_over_the_span_of_recent_results(tmp_path):
-    from wmrl.orchestration.service import throughput_per_min
+    from wmrl.execution.service import throughput_per_min
 
     run, _ = make_run(tmp_path)
     spool = Spool(run)

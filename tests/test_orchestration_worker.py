@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from wmrl.config import load_config, to_yaml
+from wmrl.execution.config import LaunchConfig
+from wmrl.execution.service import LocalExecutor, SpoolExecutionService
+from wmrl.execution.worker import Worker, default_worker_id
 from wmrl.io import read_json
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.records import ExecutionRequest, sanitize_id
-from wmrl.orchestration.rundir import RunDir, create_run_dir
-from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
-from wmrl.orchestration.spool import Spool
-from wmrl.orchestration.worker import Worker, default_worker_id
+from wmrl.storage.records import ExecutionRequest, sanitize_id
+from wmrl.storage.rundir import RunDir, create_run_dir
+from wmrl.storage.spool import Spool
 
-PYTHON_WORK = "wmrl.orchestration.work:python_work"
+PYTHON_WORK = "wmrl.execution.work:python_work"
 FAST = {"timing.lease_s": 1.5, "timing.heartbeat_s": 0.2, "timing.poll_min_s": 0.02, "timing.poll_max_s": 0.2}
 
 

@@ -15,8 +15,8 @@ import pytest
 from wmrl.cli.main import main as wmrl_main
 from wmrl.config import ConfigError, load_config
 from wmrl.models.architecture import SHIPPED, architecture_path, load_text_config, parameter_counts
-from wmrl.orchestration.memory_plan import LOSS_HEAD_BYTES, loss_head_bytes, model_states, plan
-from wmrl.orchestration.preflight import PreflightError, check_memory_plan
+from wmrl.planning.memory import LOSS_HEAD_BYTES, loss_head_bytes, model_states, plan
+from wmrl.slurm.preflight import PreflightError, check_memory_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"qwen3.5-4b": ROOT / "configs" / "qwen3.5-4b.yaml", "qwen3.5-9b": ROOT / "configs" / "qwen3.5-9b.yaml"}

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wmrl.execution import execute_and_grade
+from wmrl.execution.outcome import execute_and_grade
 from wmrl.grading.grader import Grade
 from wmrl.sandbox import ExecutionResult, SandboxConfig, SandboxLimits, make_backend
 from wmrl.tasks.layouts import load_task

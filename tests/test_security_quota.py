@@ -15,13 +15,13 @@ import test_security_common
 from test_security_common import World, assert_contained, attack, limits, snapshot
 
 from wmrl.config import load_config, to_yaml
-from wmrl.execution import execute_and_grade
-from wmrl.orchestration.records import ExecutionRequest
-from wmrl.orchestration.rundir import create_run_dir
-from wmrl.orchestration.spool import Spool
-from wmrl.orchestration.work import real_work
-from wmrl.orchestration.worker import Worker
+from wmrl.execution.outcome import execute_and_grade
+from wmrl.execution.worker import Worker
+from wmrl.orchestration.anchors import real_work
 from wmrl.sandbox import SandboxConfig, make_backend
+from wmrl.storage.records import ExecutionRequest
+from wmrl.storage.rundir import create_run_dir
+from wmrl.storage.spool import Spool
 
 world = test_security_common.world  # the shared fixture
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from launch_support import REPO, require_slurm, squeue_gone, wait_until
 
-from wmrl.orchestration.slurm import cancel_jobs, template_path
+from wmrl.slurm.client import cancel_jobs, template_path
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("sbatch") is None,
                                 reason="needs bubblewrap and the Slurm client")
 CLIENT = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
-PROBE = "from wmrl.orchestration.slurm import check_slurm_client as c; import sys; c(sys.argv[1]); print('client ok')"
+PROBE = "from wmrl.slurm.client import check_slurm_client as c; import sys; c(sys.argv[1]); print('client ok')"
 
 
 def template_binds() -> list[str]:

@@ -12,9 +12,9 @@ import pytest
 from launch_support import REPO, slurm_problem
 from test_launch_e2e import check_e2e_run_dir
 
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.slurm import load_jobs
-from wmrl.orchestration.spool import Spool
+from wmrl.slurm.client import load_jobs
+from wmrl.storage.rundir import RunDir
+from wmrl.storage.spool import Spool
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -22,11 +22,11 @@ from launch_support import (
     wait_until,
 )
 
+from wmrl.execution.service import SpoolExecutionService
 from wmrl.orchestration.launch import submit_coordinator, submit_run
-from wmrl.orchestration.lock import RunLock
-from wmrl.orchestration.records import ExecutionRequest
-from wmrl.orchestration.service import SpoolExecutionService
-from wmrl.orchestration.slurm import cancel_jobs, submit_workers
+from wmrl.slurm.client import cancel_jobs, submit_workers
+from wmrl.storage.lock import RunLock
+from wmrl.storage.records import ExecutionRequest
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 REQUEUE_NOW = str(REPO / "slurm" / "requeue-now.sh")

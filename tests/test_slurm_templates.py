@@ -28,8 +28,8 @@ from launch_support import (
 
 from wmrl.cli.main import build_parser
 from wmrl.config import to_yaml
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.slurm import cancel_jobs, template_path
+from wmrl.slurm.client import cancel_jobs, template_path
+from wmrl.storage.rundir import RunDir
 
 TEMPLATES = REPO / "slurm" / "templates"
 REQUEUE_NOW = str(REPO / "slurm" / "requeue-now.sh")

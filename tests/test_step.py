@@ -11,13 +11,13 @@ import pytest
 from wmrl.algorithm import get_variant
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config
+from wmrl.execution.config import LaunchConfig
+from wmrl.execution.executed import ExecutedEnvironment
 from wmrl.loop import calibrator_for, world_model_scores
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.executed import ExecutedEnvironment
-from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
 from wmrl.rollout import Feedback
 from wmrl.simulate.simulator import simulated_parts
 from wmrl.step import StepResult, anchor_pairs, wmrl_step
+from wmrl.storage.records import ExecutionOutcomeRecord, ExecutionRequest
 
 # 8 groups of 4, 2 anchor groups (8 pairs) per step: f_hat is first fit at step 0, then every other step.
 SMALL = ["algorithm.groups_per_step=8", "algorithm.group_size=4", "algorithm.anchor_frac=0.25",
@@ -79,7 +79,8 @@ class Run:
         self.task_ids, self.policy, self.agent, self.learner = parts.task_ids, parts.policy, parts.agent, parts.learner
         execution = Timed(parts.execution, 3.0)
         self.execution = FailingFirst(execution) if self.fail_execution else execution
-        self.world_model = FailingFirst(parts.world_model) if self.fail_world_model else parts.world_model
+        world_model = Timed(parts.world_model, 0.25)
+        self.world_model = FailingFirst(world_model) if self.fail_world_model else world_model
         self.calibrator = calibrator_for(self.variant, self.cfg.algorithm)
         if self.calibrator is not None:
             self.calibrator = RecordingCalibrator(self.cfg.algorithm, debias=self.variant.debias,
@@ -216,8 +217,11 @@ def test_the_step_shows_the_audit_exactly_the_world_model_scores_it_trains_on():
 def test_phase_seconds_are_the_sums_of_what_the_environments_recorded():
     done = small_run("wmrl").step()
     assert done.seconds["execution"] == pytest.approx(3.0 * done.executions)
-    recorded = sum(t.seconds.get("world_model", 0.0) for g in done.groups for t in g)
-    assert done.seconds["world_model"] == pytest.approx(recorded) and recorded > 0.0
+    # the world model's calls: the world-model groups' rollouts (in their trajectories' seconds) and the
+    # anchor pairs (the step's own calls, counted in its totals only: a trajectory holds its rollout)
+    assert done.seconds["world_model"] == pytest.approx(0.25 * done.wm_calls)
+    in_rollouts = sum(t.seconds.get("world_model", 0.0) for g in done.groups for t in g)
+    assert in_rollouts == pytest.approx(0.25 * (done.wm_calls - done.pairs)) and done.pairs > 0
     assert set(done.seconds) == {"generation", "world_model", "execution", "update"}
 
 

@@ -117,7 +117,7 @@ def test_tasks_list_and_exec_honour_competitions_dir(tmp_path, capsys):
 
 def test_launch_preflight_loads_the_pool_with_competitions_dir(tmp_path):
     from wmrl.config import load_config
-    from wmrl.orchestration.preflight import PreflightError, check_tasks_root
+    from wmrl.slurm.preflight import PreflightError, check_tasks_root
 
     make_mlebench_competition(tmp_path / "data", SPOOKY)
     root = f"tasks.root={tmp_path / 'data'}"

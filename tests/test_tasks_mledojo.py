@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from wmrl.execution import format_feedback
+from wmrl.execution.outcome import format_feedback
 from wmrl.grading.grader import grade_submission
 from wmrl.sandbox.base import ExecutionResult
 from wmrl.tasks.fixtures import MLEDOJO, make_mledojo_competition

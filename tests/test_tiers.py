@@ -25,11 +25,12 @@ from test_imports import PACKAGE, cycles, import_graph, module_files
 
 CORE = ("wmrl.rollout", "wmrl.algorithm", "wmrl.step", "wmrl.calibration", "wmrl.evaluation",
         "wmrl.scores", "wmrl.io", "wmrl.progress", "wmrl.config_checks",
-        "wmrl.resources", "wmrl.loop", "wmrl.anchor_rule")
+        "wmrl.resources", "wmrl.loop", "wmrl.anchor_rule", "wmrl.train_config")
 PARTS = ("wmrl.agent", "wmrl.world_model", "wmrl.world_model_data", "wmrl.learner", "wmrl.generation",
          "wmrl.models", "wmrl.sft", "wmrl.sandbox", "wmrl.grading", "wmrl.tasks", "wmrl.tracking",
-         "wmrl.execution", "wmrl.config_io", "wmrl.simulate")
-RUNS = ("wmrl.trainers", "wmrl.orchestration", "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
+         "wmrl.execution", "wmrl.storage", "wmrl.config_io", "wmrl.simulate")
+RUNS = ("wmrl.trainers", "wmrl.trainer_registry", "wmrl.orchestration", "wmrl.slurm", "wmrl.planning",
+        "wmrl.sweep", "wmrl.cli", "wmrl.config", "wmrl.configs")
 # Rooms of one tier that one of them never imports: the world-model environment the step calls is
 # read without what builds its training and evaluation data.
 NEVER_IMPORTS = {"wmrl.world_model": ("wmrl.world_model_data",)}
@@ -67,10 +68,59 @@ def test_the_import_graph_has_no_cycle():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+def test_no_cycle_even_through_type_only_imports():
+    """A ``TYPE_CHECKING`` import never runs, but two modules naming each other's types are one knot for a
+    reader all the same (the learner's checkpoint names what it saves by a Protocol, not by GRPOLearner)."""
+    found = cycles(every_import_graph())
+    assert not found, "import cycles, type-only imports included:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def room(module: str) -> str:
+    """A module's room: its top-level package or module under wmrl (``wmrl.storage.spool`` -> ``wmrl.storage``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def arrows_back_to(top: str, graph: dict[str, set[str]]) -> list[str]:
+    """Imports of ``top`` from the rooms ``top`` itself imports: the arrows that run back up to it."""
+    below = {room(d) for d in graph.get(top, ())}
+    return [f"{m} -> {top}" for m in sorted(graph) if room(m) in below and top in graph[m]]
+
+
+def test_the_config_composition_sits_at_the_top():
+    """``wmrl/config.py`` imports every section; no room it imports a section from imports it back."""
+    arrows = arrows_back_to("wmrl.config", every_import_graph())
+    assert not arrows, "rooms that wmrl.config composes import it back:\n" + "\n".join(arrows)
+
+
+def test_an_arrow_back_to_the_top_is_named_where_there_is_one():
+    graph = {"wmrl.config": {"wmrl.execution.config", "wmrl.io"}, "wmrl.execution.service": {"wmrl.config"},
+             "wmrl.cli.launch": {"wmrl.config"}}
+    assert arrows_back_to("wmrl.config", graph) == ["wmrl.execution.service -> wmrl.config"]
+
+
+def successors(graph: dict[str, set[str]], starts: list[str]) -> set[str]:
+    seen, todo = set(), list(starts)
+    while todo:
+        module = todo.pop()
+        for dep in graph.get(module, ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_orchestration_and_what_it_imports_never_name_a_trainer():
+    """The coordinator finds a trainer by name in the registry (import paths as strings), so nothing it
+    reaches by import is a trainer module."""
+    graph = every_import_graph()
+    reached = successors(graph, [m for m in graph if within(m, ("wmrl.orchestration",))])
+    assert sorted(m for m in reached if within(m, ("wmrl.trainers",))) == []
+
+
 def test_an_upward_edge_is_named_where_there_is_one():
     graph = {"wmrl.step": {"wmrl.config", "wmrl.io"}, "wmrl.agent.policy": {"wmrl.rollout"},
-             "wmrl.learner.grpo": {"wmrl.orchestration.spool"}}
-    assert upward_edges(graph) == ["wmrl.learner.grpo (parts) -> wmrl.orchestration.spool (runs)",
+             "wmrl.learner.grpo": {"wmrl.orchestration.coordinator"}}
+    assert upward_edges(graph) == ["wmrl.learner.grpo (parts) -> wmrl.orchestration.coordinator (runs)",
                                    "wmrl.step (core) -> wmrl.config (runs)"]
 
 
@@ -139,10 +189,10 @@ def test_the_blocker_does_block():
 
 
 def test_no_code_branches_on_a_trainers_name_outside_the_registry() -> None:
-    """What differs between trainers is declared in ``wmrl/orchestration/registry.py`` (its factory, what it
-    prepares, whether it has learner ranks or a GPU plan); the rest of the package asks the registry.
-    ``wmrl train`` (``wmrl/cli/train.py``) is the LLM trainer's own command and may say so."""
-    allowed = {"wmrl.orchestration.registry", "wmrl.cli.train"}
+    """What differs between trainers is declared in ``wmrl/trainer_registry.py`` (its factory, what it
+    prepares, its initial policy, whether it has learner ranks or a GPU plan); the rest of the package asks
+    the registry, ``wmrl train`` included."""
+    allowed = {"wmrl.trainer_registry"}
     found = []
     for module, path in module_files().items():
         if module in allowed:

@@ -14,7 +14,7 @@ from train_support import REPO, cli_env, metrics_rows, wmrl
 # the session's micro run (a few minutes; more on a loaded machine) is set up inside the first test
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 BENCH = REPO / "benchmarks" / "bench_train_step.py"
-PHASES = ["generation", "world_model", "execution", "learner", "weight_sync", "io", "evaluation", "checkpoint",
+PHASES = ["generation", "world_model", "execution", "update", "weight_sync", "io", "evaluation", "checkpoint",
           "other"]
 
 
@@ -51,7 +51,7 @@ def test_bench_train_step_breaks_the_mean_step_into_phases_that_add_up(micro_run
     assert sum(p["mean_s"] for p in phases.values()) == pytest.approx(result["step_seconds"]["mean_s"])
     assert sum(p["share"] for p in phases.values()) == pytest.approx(1.0)
     assert phases["generation"]["mean_s"] == pytest.approx(sum(r["step_seconds_generation"] for r in rows) / 2)
-    assert phases["generation"]["se_s"] > 0 and phases["learner"]["mean_s"] > 0
+    assert phases["generation"]["se_s"] > 0 and phases["update"]["mean_s"] > 0
     assert result["peak_memory_mb"]["peak_rss_mb"] == max(r["peak_rss_mb"] for r in rows)
     table = (tmp_path / "step_breakdown.md").read_text()
     assert all(f"| {phase} |" in table for phase in PHASES) and "coordinator process (peak RSS)" in table

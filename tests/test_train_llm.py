@@ -24,7 +24,7 @@ from train_support import (
     wmrl,
 )
 
-from wmrl.orchestration.rundir import RunDir
+from wmrl.storage.rundir import RunDir
 
 # the session's micro run (a few minutes; more on a loaded machine) is set up inside the first test
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]

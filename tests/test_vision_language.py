@@ -25,7 +25,7 @@ from wmrl.learner.weights import flatten, gathered_buckets
 from wmrl.models.architecture import load_text_config, parameter_counts
 from wmrl.models.loading import ModelError, load_causal_lm
 from wmrl.models.vision_language import checkpoint_name, text_name, write_tiny_vision_language
-from wmrl.orchestration.memory_plan import plan
+from wmrl.planning.memory import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 stand_in_vllm = test_generation_vllm.fake_vllm  # the stand-in vLLM fixture (0.27 and 0.33), under this name

@@ -9,7 +9,7 @@ import pytest
 from launch_support import REPO, dry_config
 
 from wmrl.config import ConfigError, load_config
-from wmrl.orchestration.slurm import WORKERS, job_resources, sbatch_command_options
+from wmrl.slurm.client import WORKERS, job_resources, sbatch_command_options
 
 SCALE_9B = REPO / "configs" / "qwen3.5-9b.yaml"
 

@@ -84,8 +84,8 @@ def launch_and_requeue(root: Path, model: Path, name: str, overrides: list[str],
     from launch_support import progress_step, squeue_gone, wait_until
 
     from wmrl.configs import TINY_CONFIG
-    from wmrl.orchestration.rundir import RunDir
-    from wmrl.orchestration.slurm import cancel_jobs, load_jobs
+    from wmrl.slurm.client import cancel_jobs, load_jobs
+    from wmrl.storage.rundir import RunDir
 
     launched = wmrl("launch", str(TINY_CONFIG), *micro_overrides(root, model, name), *overrides)
     assert launched.returncode == 0, launched.stdout + launched.stderr

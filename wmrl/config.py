@@ -25,17 +25,17 @@ from wmrl.agent.config import AgentConfig
 from wmrl.algorithm import ANCHORED_VARIANTS, VARIANTS, AlgorithmConfig  # noqa: F401  (re-exported)
 from wmrl.config_checks import ConfigError, Section, checked_by, choice
 from wmrl.config_io import to_flat_dict, to_yaml  # noqa: F401  (re-exported)
+from wmrl.execution.config import LaunchConfig
 from wmrl.generation.config import GenerationConfig, SamplingConfig
 from wmrl.learner.config import LearnerConfig
 from wmrl.models.config import ModelConfig
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.registry import TRAINERS
 from wmrl.sandbox.config import SandboxConfig
 from wmrl.sft.config import SFTConfig
 from wmrl.simulate.config import SimulatorConfig
 from wmrl.tasks.config import TasksConfig
 from wmrl.tracking.config import TrackingConfig
-from wmrl.trainers.config import TrainConfig
+from wmrl.train_config import TrainConfig
+from wmrl.trainer_registry import TRAINERS
 from wmrl.world_model.config import WorldModelConfig
 
 # --------------------------------------------------------------------------- the whole run
@@ -57,7 +57,7 @@ class WMRLConfig(Section):
     # Human-readable run name; the run directory is <runs_root>/<run_name>.
     run_name: str = field(default="wmrl-default", metadata=checked_by(_check_run_name))
     runs_root: str = "runs"
-    # What the coordinator trains (wmrl/orchestration/registry.py lists them).
+    # What the coordinator trains (wmrl/trainer_registry.py lists them).
     trainer: str = field(default="anchored_sim", metadata=choice(TRAINERS))
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     simulator: SimulatorConfig = field(default_factory=SimulatorConfig)
@@ -141,8 +141,27 @@ MOVED_KEYS: tuple[MovedKey, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class MovedValue:
+    """A value that names code which moved (a ``module:factory`` path): it still loads, as ``new``."""
+
+    key: str
+    old: str
+    new: str
+    why: str
+
+
+_ROOMS = "the run wing's rooms: storage, execution, slurm, orchestration (issue 33)"
+MOVED_VALUES: tuple[MovedValue, ...] = (
+    MovedValue("launch.work", "wmrl.orchestration.work:real_work", "wmrl.orchestration.anchors:real_work", _ROOMS),
+    *(MovedValue("launch.work", f"wmrl.orchestration.work:{name}", f"wmrl.execution.work:{name}", _ROOMS)
+      for name in ("python_work", "noop_work")),
+)
+
+
 def _move_keys(layer: Any, where: str) -> None:
-    """Move every old key of ``MOVED_KEYS`` that ``layer`` (a file's or the overrides') sets to its new place."""
+    """Move every old key of ``MOVED_KEYS`` that ``layer`` (a file's or the overrides') sets to its new place,
+    and replace every old value of ``MOVED_VALUES`` it holds."""
     read: dict[str, list[str]] = {}  # why -> "new=value" read from an old key
     for moved in MOVED_KEYS:
         parent_key, _, name = moved.old.rpartition(".")
@@ -154,6 +173,10 @@ def _move_keys(layer: Any, where: str) -> None:
             continue
         OmegaConf.update(layer, moved.new, value, force_add=True)
         read.setdefault(moved.why, []).append(f"{moved.old} is {moved.new} now; read as {moved.new}={value}")
+    for value in MOVED_VALUES:
+        if OmegaConf.is_dict(layer) and OmegaConf.select(layer, value.key) == value.old:
+            OmegaConf.update(layer, value.key, value.new)
+            read.setdefault(value.why, []).append(f"{value.key}={value.old} is {value.new} now")
     if read:  # one warning per file (an old run directory moves 13 keys at once), not one per key
         warnings.warn(f"{where}: " + "; ".join(f"{'; '.join(keys)} ({why})" for why, keys in read.items()),
                       FutureWarning, stacklevel=3)

@@ -142,9 +142,11 @@ class Turn:
 class Trajectory:
     """One of the n trajectories of a group.
 
-    ``score`` is what the group's environment gave the kept submission (r on executed groups, r_hat on
-    world-model groups; ``None`` = infrastructure failure). ``r`` and ``r_hat`` are filled by the step:
-    on an anchor trajectory both (the world model also scores its final solution: the anchor pair).
+    Its scores are held once: ``score`` is what the group's environment gave the kept submission (the true
+    score r on an anchor trajectory, the world model's r_hat on a world-model one; ``None`` = infrastructure
+    failure), and ``pair_score`` the world model's score of an anchor trajectory's final solution (the
+    anchor pair's r_hat, set by the step). ``r`` and ``r_hat`` read them by role. ``seconds`` and ``tokens``
+    are the policy's rollout (the world model's pair calls are the step's, counted in its totals).
     ``payload`` carries policy-specific data (the simulator's candidate index).
     """
 
@@ -156,11 +158,20 @@ class Trajectory:
     score: float | None = None
     kept_turn: int | None = None  # the turn whose submission is kept (best valid, or last)
     final_code: str | None = None  # the kept submission's code
-    r: float | None = None
-    r_hat: float | None = None
+    pair_score: float | None = None
     payload: Any = None
     seconds: dict[str, float] = field(default_factory=dict)  # per phase: generation, world_model, execution
     tokens: dict[str, int] = field(default_factory=dict)  # per phase: generation, world_model
+
+    @property
+    def r(self) -> float | None:
+        """The true score: an anchor trajectory's ``score``; None on a world-model trajectory."""
+        return self.score if self.role == EXECUTED else None
+
+    @property
+    def r_hat(self) -> float | None:
+        """The world model's score: a world-model trajectory's ``score``, an anchor trajectory's ``pair_score``."""
+        return self.pair_score if self.role == EXECUTED else self.score
 
     def token_ids(self) -> list[int]:
         """The exact token sequence the policy saw and produced, turn after turn."""

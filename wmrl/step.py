@@ -55,6 +55,11 @@ from wmrl.rollout import (
 PHASES = ("generation", "world_model", "execution", "update")  # measured seconds; tokens in the first two
 
 
+def step_seconds_key(phase: str) -> str:
+    """The key of a step's seconds in ``phase`` in a metrics row (a run's running total is ``seconds_<phase>``)."""
+    return f"step_seconds_{phase}"
+
+
 # --------------------------------------------------------------------------- what a step returns
 
 
@@ -127,10 +132,11 @@ def wmrl_step(
     envs = [executed_env if e else world_model_env for e in executed]
     groups = policy.rollout(step, task_ids, n, envs, rng)  # type: ignore[arg-type]
     # 4. anchor pairs: the world model also scores each anchor trajectory's final solution
-    r, r_hat = _score_arrays(groups, executed)
-    wm_pair_calls = 0
     if world_model_env is not None and executed.any():
-        wm_pair_calls = _score_anchor_pairs(step, groups, executed, world_model_env, r_hat)
+        pair_calls = _score_anchor_pairs(step, groups, executed, world_model_env)
+    else:
+        pair_calls = PairCalls()
+    r, r_hat = _score_arrays(groups, executed)
     dropped = np.array([any(t.score is None for t in group) for group in groups], dtype=bool)
     # 5. calibration: observe the complete anchor groups' pairs (r_hat, r); refit f_hat when due
     #    (Eq. 4); eta^2 and rho (Eq. 5)
@@ -162,18 +168,15 @@ def wmrl_step(
     started = time.perf_counter()
     learner_metrics = learner.update(groups, advantages, weights) if updated else {}
     update_seconds = time.perf_counter() - started
-    flat = [t for group in groups for t in group]
     executed_subs = [fb for gi, group in enumerate(groups) if executed[gi] for t in group for fb in _feedbacks(t)]
     wm_subs = sum(len(_feedbacks(t)) for gi, group in enumerate(groups) if not executed[gi] for t in group)
     return StepResult(
         step=step, task_ids=task_ids, groups=groups, executed=executed, dropped=dropped, trained=trained,
         r=r, r_hat=r_hat, scores=scores, advantages=advantages, weights=weights, rho=rho, pairs=len(pairs),
         refitted=refitted, updated=updated, executions=len(executed_subs),
-        failed_executions=sum(fb.score is None for fb in executed_subs), wm_calls=wm_subs + wm_pair_calls,
+        failed_executions=sum(fb.score is None for fb in executed_subs), wm_calls=wm_subs + pair_calls.calls,
         reused_executions=sum("reused" in fb.details and fb.score is not None for fb in executed_subs),
-        seconds={**{p: float(sum(t.seconds.get(p, 0.0) for t in flat)) for p in PHASES[:3]}, "update": update_seconds},
-        tokens={p: int(sum(t.tokens.get(p, 0) for t in flat)) for p in PHASES},
-        learner=learner_metrics,
+        **_phase_totals(groups, pair_calls, update_seconds), learner=learner_metrics,
     )
 
 
@@ -197,45 +200,57 @@ def _feedbacks(t: Trajectory) -> list[Feedback]:
 
 
 def _score_arrays(groups: Groups, executed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(G, n) r and r_hat from the trajectories' scores by role; NaN where there is none."""
+    """(G, n) r and r_hat, read from the trajectories' scores (:class:`~wmrl.rollout.Trajectory`); NaN where
+    there is none (an infrastructure failure, a failed pair call, r on a world-model group)."""
     shape = (len(groups), len(groups[0]) if groups else 0)
     r, r_hat = np.full(shape, np.nan), np.full(shape, np.nan)
     for gi, group in enumerate(groups):
         for t in group:
-            value = np.nan if t.score is None else t.score
-            if executed[gi]:
-                t.r = t.score
-                r[gi, t.index] = value
-            else:
-                t.r_hat = t.score
-                r_hat[gi, t.index] = value
+            true, predicted = (t.score, t.pair_score) if executed[gi] else (None, t.score)
+            r[gi, t.index] = np.nan if true is None else true
+            r_hat[gi, t.index] = np.nan if predicted is None else predicted
     return r, r_hat
 
 
-def _score_anchor_pairs(
-    step: int, groups: Groups, executed: np.ndarray, world_model_env: Environment, r_hat: np.ndarray
-) -> int:
-    """r_hat of every anchor trajectory's final solution, in one batch; returns the calls made.
+@dataclass(frozen=True)
+class PairCalls:
+    """The world model's calls on anchor trajectories' final solutions, counted in the step's totals."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+
+
+def _score_anchor_pairs(step: int, groups: Groups, executed: np.ndarray, world_model_env: Environment) -> PairCalls:
+    """Every anchor trajectory's ``pair_score``: the world model's r_hat of its final solution, in one batch.
 
     A trajectory without code scores 0 on both sides (an invalid or missing submission is 0), so it
-    gets r_hat = 0 without a call; a failed world-model call leaves r_hat NaN (the group records no pair).
+    gets r_hat = 0 without a call; a failed world-model call leaves it None (the group records no pair).
     """
-    todo: list[tuple[int, Trajectory, Submission]] = []
+    todo: list[tuple[Trajectory, Submission]] = []
     for gi in np.flatnonzero(executed):
         for t in groups[gi]:
             if t.final_code is None:
-                t.r_hat, r_hat[gi, t.index] = 0.0, 0.0
+                t.pair_score = 0.0
             else:
-                todo.append((int(gi), t, Submission.at(step, int(gi), t.index, None, t.task_id, t.final_code)))
+                todo.append((t, Submission.at(step, int(gi), t.index, None, t.task_id, t.final_code)))
     if not todo:
-        return 0
-    feedbacks = world_model_env.evaluate([sub for _, _, sub in todo])
-    for (gi, t, _), fb in zip(todo, feedbacks, strict=True):
-        t.r_hat = fb.score
-        r_hat[gi, t.index] = np.nan if fb.score is None else fb.score
-        t.seconds["world_model"] = t.seconds.get("world_model", 0.0) + fb.seconds
-        t.tokens["world_model"] = t.tokens.get("world_model", 0) + fb.tokens
-    return len(todo)
+        return PairCalls()
+    feedbacks = world_model_env.evaluate([sub for _, sub in todo])
+    for (t, _), fb in zip(todo, feedbacks, strict=True):
+        t.pair_score = fb.score
+    return PairCalls(len(todo), float(sum(fb.seconds for fb in feedbacks)), int(sum(fb.tokens for fb in feedbacks)))
+
+
+def _phase_totals(groups: Groups, pairs: PairCalls, update_seconds: float) -> dict[str, dict]:
+    """The step's measured seconds and tokens per phase (:data:`PHASES`): the policy's rollouts, the world
+    model's pair calls and the update."""
+    flat = [t for group in groups for t in group]
+    seconds = {p: float(sum(t.seconds.get(p, 0.0) for t in flat)) for p in PHASES[:3]}
+    tokens = {p: int(sum(t.tokens.get(p, 0) for t in flat)) for p in PHASES}
+    seconds["world_model"] += pairs.seconds
+    tokens["world_model"] += pairs.tokens
+    return {"seconds": {**seconds, "update": update_seconds}, "tokens": tokens}
 
 
 def anchor_pairs(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import atomic_write_bytes
-from wmrl.rollout import Feedback, Groups, Trajectory, Turn
+from wmrl.rollout import EXECUTED, Feedback, Groups, Trajectory, Turn
 
 FORMAT = "wmrl-rollouts-v1"
 
@@ -93,9 +93,12 @@ def read_rollouts(run_dir: Path, step: int) -> tuple[dict[str, Any], Groups]:
         for line in f:
             d = json.loads(line)
             first = header["first_prompts"].get(d["task_id"], [])
+            # r and r_hat are written for a reader's eyes; the record's own are score and, on an anchor
+            # trajectory, r_hat (its pair)
+            pair = d["r_hat"] if d["role"] == EXECUTED else None
             t = Trajectory(d["task_id"], d["group"], d["index"], d["role"],
                            [_read_turn(x, first) for x in d["turns"]], d["score"], d["kept_turn"], d["final_code"],
-                           d["r"], d["r_hat"], None, d["seconds"], d["tokens"])
+                           pair, None, d["seconds"], d["tokens"])
             groups.setdefault(t.group, []).append(t)
     return header, [groups[g] for g in sorted(groups)]
 

@@ -13,9 +13,9 @@ import argparse
 import time
 
 from wmrl.config import load_config
-from wmrl.orchestration.health import coordinator_health
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.slurm import cancel_jobs, job_states, load_jobs
+from wmrl.slurm.client import cancel_jobs, job_states, load_jobs
+from wmrl.storage.health import coordinator_health
+from wmrl.storage.rundir import RunDir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -17,7 +17,7 @@ import signal
 
 from wmrl.cli.args import add_command
 from wmrl.orchestration.coordinator import Coordinator
-from wmrl.orchestration.rundir import RunDir
+from wmrl.storage.rundir import RunDir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -27,11 +27,11 @@ from wmrl.cli.args import add_command, split_config_args
 from wmrl.config import ConfigError, load_config
 from wmrl.configs import TINY_CONFIG
 from wmrl.evaluation import evaluate_split
-from wmrl.orchestration.executed import ExecutedEnvironment
-from wmrl.orchestration.records import ExecutionOutcomeRecord
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.work import config_work
+from wmrl.execution.executed import ExecutedEnvironment
+from wmrl.execution.work import config_work
 from wmrl.scores import check_score
+from wmrl.storage.records import ExecutionOutcomeRecord
+from wmrl.storage.rundir import RunDir
 from wmrl.tasks.overview import task_overview
 from wmrl.tasks.pool import load_pool, resolve_pool_root
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from wmrl.config import load_config
-from wmrl.execution import execute_and_grade
+from wmrl.execution.outcome import execute_and_grade
 from wmrl.sandbox import limits_from_config, make_backend
 from wmrl.tasks.layouts import LoadOptions
 from wmrl.tasks.pool import find_task, resolve_pool_root

@@ -19,10 +19,7 @@ from wmrl.cli.status import collect, render
 from wmrl.config import ConfigError, WMRLConfig, load_config, to_yaml
 from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.launch import submit_run
-from wmrl.orchestration.lock import RunLock, RunLockHeld
-from wmrl.orchestration.preflight import preflight
-from wmrl.orchestration.rundir import RunDir, config_mismatch, create_run_dir
-from wmrl.orchestration.slurm import (
+from wmrl.slurm.client import (
     COORDINATOR,
     WORKERS,
     active_tasks,
@@ -31,6 +28,9 @@ from wmrl.orchestration.slurm import (
     sbatch_command_options,
     template_path,
 )
+from wmrl.slurm.preflight import preflight
+from wmrl.storage.lock import RunLock, RunLockHeld
+from wmrl.storage.rundir import RunDir, config_mismatch, create_run_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,7 +1,7 @@
 """``wmrl plan CONFIG [key=value ...] [--json]``: will this config fit its GPUs and nodes?
 
 The memory per GPU of the learner phase and of the generation phase, by component, and the host
-memory per node (wmrl/orchestration/memory_plan.py), for the config's allocation and the model's config.json, before
+memory per node (wmrl/planning/memory.py), for the config's allocation and the model's config.json, before
 anything is queued. Exit 0 when it fits; exit 2 naming what does not fit and the overrides that would
 make it fit. ``wmrl launch`` runs the same check before it submits.
 """
@@ -13,7 +13,7 @@ import json
 
 from wmrl.cli.args import add_command
 from wmrl.config import load_config
-from wmrl.orchestration.memory_plan import plan_with_fixes, render
+from wmrl.planning.memory import plan_with_fixes, render
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -8,20 +8,20 @@ import time
 from typing import Any
 
 from wmrl.config import load_config
+from wmrl.execution.service import live_workers, throughput_per_min
 from wmrl.io import read_json
 from wmrl.orchestration.coordinator import PROGRESS
-from wmrl.orchestration.health import (
+from wmrl.progress import format_duration
+from wmrl.sft.pipeline import initial_policy_label
+from wmrl.slurm.client import ACTIVE_STATES, job_states, load_jobs
+from wmrl.storage.health import (
     coordinator_health,
     latest_checkpoint_step,
     result_counts,
     slurm_final_states,
 )
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.service import live_workers, throughput_per_min
-from wmrl.orchestration.slurm import ACTIVE_STATES, job_states, load_jobs
-from wmrl.orchestration.spool import Spool
-from wmrl.progress import format_duration
-from wmrl.sft.pipeline import initial_policy_label
+from wmrl.storage.rundir import RunDir
+from wmrl.storage.spool import Spool
 from wmrl.tracking.outbox import Outbox
 from wmrl.tracking.run_tracker import MLFLOW_RUN_ID
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from wmrl.config import load_config
-from wmrl.orchestration.rundir import RunDir
+from wmrl.storage.rundir import RunDir
 from wmrl.tracking.run_tracker import sync_run
 
 

@@ -19,7 +19,8 @@ from wmrl.cli import launch
 from wmrl.cli.args import IntermixedParser, add_command, split_config_args
 from wmrl.config import ConfigError, load_config
 from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
-from wmrl.sft.pipeline import INITIAL_POLICY, initial_policy_path
+from wmrl.sft.pipeline import INITIAL_POLICY
+from wmrl.trainer_registry import TRAINERS, build_initial_policy, trains_an_agent
 
 
 def register(subparsers: Any) -> None:
@@ -39,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     config, overrides = split_config_args(args.args)
     config = config or str(DEFAULT_CONFIG)
     cfg = load_config(config, overrides)
-    if cfg.trainer != "llm":
-        raise ConfigError(f"trainer={cfg.trainer!r}: `wmrl train` trains the LLM agent (trainer: llm); "
-                          "run the other trainers with `wmrl launch CONFIG`")
+    if not trains_an_agent(cfg.trainer):
+        agents = ", ".join(name for name in TRAINERS if trains_an_agent(name))
+        raise ConfigError(f"trainer={cfg.trainer!r}: `wmrl train` trains an agent from an initial policy "
+                          f"(trainer: {agents}); run the other trainers with `wmrl launch CONFIG`")
     if not cfg.model.path:
         pin = Path(cfg.run_dir) / INITIAL_POLICY
         if pin.is_file():  # a relaunch keeps the policy it started with; `wmrl launch` checks the rest
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             print("initial policy: the tiny default (wmrl model init + wmrl sft; cached after the first run)",
                   flush=True)
             # Progress even into a log file: the first run spends ~15 minutes here (variants, then SFT).
-            path = initial_policy_path(cfg, progress=True)
+            path = build_initial_policy(cfg.trainer, cfg)
             print(f"initial policy: {path}", flush=True)
     return launch.run(argparse.Namespace(config=config, overrides=overrides, wait=args.wait,
                                          every=args.every, resume=args.resume, no_submit=False))

@@ -7,9 +7,9 @@ import logging
 import sys
 
 from wmrl.config import load_config
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.work import DEFAULT_WORK, load_work
-from wmrl.orchestration.worker import Worker, default_worker_id, worker_log_handler
+from wmrl.execution.work import DEFAULT_WORK, load_work
+from wmrl.execution.worker import Worker, default_worker_id, worker_log_handler
+from wmrl.storage.rundir import RunDir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

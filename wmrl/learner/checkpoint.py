@@ -26,16 +26,25 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from wmrl.io import TMP_PREFIX, fsync_dir, read_json, step_name
+from wmrl.learner.config import LearnerConfig
 from wmrl.learner.distributed import barrier
 
-if TYPE_CHECKING:
-    from wmrl.learner.grpo import GRPOLearner
+
+class CheckpointedLearner(Protocol):
+    """What a checkpoint saves and restores of a learner (:class:`~wmrl.learner.grpo.GRPOLearner` is one)."""
+
+    cfg: LearnerConfig
+    engine: Any  # the DeepSpeed engine: model, optimizer, scheduler
+    model_path: Path  # the reference model the learner was built from
+    rank: int
+    world_size: int
+    updates: int
 
 META = "learner.json"
 HF_FILES = (
@@ -70,7 +79,7 @@ def _fsync_tree(root: Path) -> None:
         fsync_dir(directory)
 
 
-def save(learner: GRPOLearner, root: Path, step: int) -> Path:
+def save(learner: CheckpointedLearner, root: Path, step: int) -> Path:
     """Write the checkpoint of step ``step``; every rank calls this. Returns the final directory."""
     final = root / step_name(step)
     tmp = root / f"{TMP_PREFIX}{final.name}"
@@ -111,7 +120,7 @@ def save(learner: GRPOLearner, root: Path, step: int) -> Path:
     return final
 
 
-def load(learner: GRPOLearner, path: Path) -> int:
+def load(learner: CheckpointedLearner, path: Path) -> int:
     """Restore ``learner`` from checkpoint directory ``path``; every rank calls this. Returns the step."""
     meta = read_meta(path)
     if Path(meta["reference_model"]) != learner.model_path:

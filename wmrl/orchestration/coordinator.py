@@ -22,7 +22,6 @@ records the digests that prove it.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import signal
@@ -30,78 +29,40 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 import submitit
 
 from wmrl.config import WMRLConfig, load_config, to_flat_dict
-from wmrl.io import append_line_durable, atomic_write_json
-from wmrl.orchestration.checkpoint import CheckpointStore, Snapshot, read_tree, restore_tree
-from wmrl.orchestration.health import EVENTS
-from wmrl.orchestration.lock import RunLock
-from wmrl.orchestration.metrics_log import MetricsLog
-from wmrl.orchestration.preflight import check_learner_ranks
-from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
-from wmrl.orchestration.registry import prepare_run, trainer_factory
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.service import LocalExecutor, SpoolExecutionService
-from wmrl.orchestration.slurm import (
-    WORKERS,
-    active_tasks,
-    allocation_end,
-    check_slurm_client,
-    load_jobs,
-    submit_workers,
-    task_rank,
-)
+from wmrl.execution.service import LocalExecutor, SpoolExecutionService
+from wmrl.io import atomic_write_json
+from wmrl.orchestration.anchors import AnchorRunner, WorkerSupervisor
+from wmrl.orchestration.trainer import Trainer
 from wmrl.progress import progress_display
 from wmrl.resources import peak_rss_mb
 from wmrl.sft.pipeline import initial_policy_label
+from wmrl.slurm.client import allocation_end, check_slurm_client, task_rank
+from wmrl.slurm.preflight import check_learner_ranks
+from wmrl.step import step_seconds_key
+from wmrl.storage.checkpoint import CheckpointStore, Snapshot, read_tree, restore_tree
+from wmrl.storage.health import record_event
+from wmrl.storage.lock import RunLock
+from wmrl.storage.metrics_log import MetricsLog
+from wmrl.storage.rundir import RunDir, RunEnded
 from wmrl.tracking.run_tracker import COMPUTE_UNIT_TAG, INITIAL_POLICY_TAG, RunTracker, compute_unit
+from wmrl.trainer_registry import prepare_run, trainer_factory
 
 log = logging.getLogger(__name__)
 PROGRESS = "progress.json"
 
 
-class RunEnded(Exception):
-    """``wmrl cancel`` (or another process) marked the run ended while a step waited."""
-
-
-class Trainer(Protocol):
-    """What the coordinator drives. ``step`` counts finished steps."""
-
-    step: int
-    total_steps: int
-
-    def run_step(self) -> dict[str, float]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-    def state_digest(self) -> str: ...
-
-    def snapshot_dirs(self) -> dict[str, Path]: ...
-
-    def progress(self) -> dict[str, Any]: ...
-
-    def write_plots(self, directory: Path, metrics: list[dict[str, Any]]) -> list[Path]: ...
-
-
-def record_event(run: RunDir, event: str, **fields: Any) -> None:
-    line = json.dumps({"event": event, "at": time.time(), "pid": os.getpid(),
-                       "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                       "restart_count": os.environ.get("SLURM_RESTART_COUNT"), **fields}, sort_keys=True)
-    append_line_durable(run.path / EVENTS, line)
-
-
 # What the terminal progress line shows when a trainer reports it (label -> metric key).
 POSTFIX = {"anchor r": "anchor_true_mean", "r_hat": "wm_r_hat_mean", "f(r_hat)": "wm_calibrated_mean",
            "rho": "rho", "eta2": "eta2", "pairs": "n_pairs", "exec": "executions", "eval": "eval/train/score",
-           "gen s": "step_seconds_generation", "wm s": "step_seconds_world_model",
-           "exec s": "step_seconds_execution", "learn s": "step_seconds_update"}
+           **{f"{short} s": step_seconds_key(phase) for short, phase in
+              (("gen", "generation"), ("wm", "world_model"), ("exec", "execution"), ("update", "update"))}}
 
 
 def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
@@ -112,54 +73,6 @@ def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
         if isinstance(value, (int, float)):
             out[label] = f"{value:.0f}" if key in ("executions", "n_pairs") or label.endswith(" s") else f"{value:.3g}"
     return out
-
-
-class AnchorRunner:
-    """The trainer's handle on anchor execution: submit, wait (in slices, supervising the workers
-    and the run between them), cancel what did not finish by the deadline."""
-
-    def __init__(self, run: RunDir, cfg: WMRLConfig, service: SpoolExecutionService,
-                 tick: Callable[[], None] = lambda: None) -> None:
-        self.run_dir, self.cfg, self.service, self.tick = run, cfg, service, tick
-
-    def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]:
-        ids = [r.request_id for r in requests]
-        self.service.submit(requests)
-        self.tick()  # workers for the new work (a local worker may have left on its idle timeout)
-        deadline = time.monotonic() + timeout_s
-        done: dict[str, ExecutionOutcomeRecord] = {}
-        while len(done) < len(ids) and time.monotonic() < deadline:
-            if self.run_dir.is_ended():
-                raise RunEnded(self.run_dir.ended_reason() or "ended")
-            slice_s = min(5.0, max(0.0, deadline - time.monotonic()))  # a cancel takes effect fast
-            done.update(self.service.wait([i for i in ids if i not in done], slice_s))
-            self.tick()
-        missing = [i for i in ids if i not in done]
-        if missing:
-            log.warning("%d executions did not finish within %.0f s; cancelled", len(missing), timeout_s)
-            self.service.cancel(missing)
-        return done
-
-
-class WorkerSupervisor:
-    """Slurm mode: resubmit the worker array when work waits and no worker task is pending or running
-    (workers end at their time limit or after ``idle_timeout_s``; the coordinator lives on)."""
-
-    def __init__(self, run: RunDir, cfg: WMRLConfig, service: SpoolExecutionService,
-                 every_s: float = 60.0) -> None:
-        self.run_dir, self.cfg, self.service, self.every_s = run, cfg, service, every_s
-        self._last = time.monotonic()
-
-    def __call__(self) -> None:
-        if time.monotonic() - self._last < self.every_s:
-            return
-        self._last = time.monotonic()
-        if self.service.spool.counts()["queued"] == 0:
-            return
-        arrays = [r.job_id for r in load_jobs(self.run_dir) if r.kind == WORKERS]
-        if active_tasks(arrays) == 0:
-            job_id = submit_workers(self.cfg, self.run_dir)
-            record_event(self.run_dir, "workers_resubmitted", array_job_id=job_id)
 
 
 class SaveSchedule:
@@ -179,38 +92,60 @@ class SaveSchedule:
         return None
 
 
+@dataclass
+class LiveRun:
+    """What a started coordinator holds while it trains (never pickled: a requeue starts from the run
+    directory alone)."""
+
+    run: RunDir
+    store: CheckpointStore
+    snapshot: Snapshot | None = None  # the last step boundary, in memory (what a signal saves)
+    saved_step: int | None = None  # the step of the newest checkpoint written
+    finishing: bool = False  # past the last step: a signal no longer stops the run
+    resume_warning: str | None = None  # no checkpoint verified and the run restarted from step 0
+
+    def snapshot_digest(self) -> str | None:
+        return None if self.snapshot is None else self.snapshot.digest
+
+
 class Coordinator(submitit.helpers.Checkpointable):
     def __init__(self, run_dir: str) -> None:
         self.run_dir = str(run_dir)
-        self._live: dict[str, Any] = {}  # run, store, snapshot, saved step: never pickled
+        self._live: LiveRun | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._live = {}
+        self._live = None
+
+    @property
+    def live(self) -> LiveRun:
+        """The started run's state (only the methods that run after ``__call__`` started it use this)."""
+        if self._live is None:
+            raise RuntimeError("the coordinator has not started its run")
+        return self._live
 
     # ------------------------------------------------------------------ submitit hooks
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """SIGUSR2: save the last step boundary, then let submitit requeue this same callable."""
         self._save_snapshot("signal-usr2")
-        if "run" in self._live:
-            record_event(self._live["run"], "requeue", step=self._live.get("saved_step"))
+        if self._live is not None:
+            record_event(self._live.run, "requeue", step=self._live.saved_step)
         return submitit.helpers.DelayedSubmission(Coordinator(self.run_dir))
 
     def stop_on_signal(self, signum: int, frame: FrameType | None) -> None:
         """SIGTERM (scancel, scontrol requeue, preemption), or USR1 under ``wmrl coordinator``: save the
         last step boundary and exit with ``128 + signum``."""
-        run = self._live.get("run")
-        if run is not None and run.is_ended() and not self._live.get("finishing"):
+        live = self._live
+        if live is not None and live.run.is_ended() and not live.finishing:
             # `wmrl cancel` marked the run ended, then scancel: stop at once and end it as a local
             # cancel does (plots, KILLED in MLflow) within Slurm's KillWait.
-            raise RunEnded(run.ended_reason() or "cancelled")
+            raise RunEnded(live.run.ended_reason() or "cancelled")
         self._save_snapshot(f"signal-{signal.Signals(signum).name.removeprefix('SIG').lower()}")
-        if "run" in self._live:
-            record_event(self._live["run"], "terminated", step=self._live.get("saved_step"),
-                         signal=signal.Signals(signum).name)
+        if live is not None:
+            record_event(live.run, "terminated", step=live.saved_step, signal=signal.Signals(signum).name)
         raise SystemExit(128 + signum)
 
     # ------------------------------------------------------------------ the run
@@ -239,7 +174,7 @@ class Coordinator(submitit.helpers.Checkpointable):
         local: LocalExecutor | None = None
         try:
             store = CheckpointStore(run.path / "checkpoints")
-            self._live = {"run": run, "store": store, "saved_step": None, "snapshot": None}
+            self._live = LiveRun(run, store)
             service = SpoolExecutionService(run, cfg.launch)
             tick: Callable[[], None] = lambda: None
             if cfg.launch.executor == "local":
@@ -258,7 +193,7 @@ class Coordinator(submitit.helpers.Checkpointable):
             # What `wmrl status` shows as the dead coordinator's last error (the traceback is in
             # logs/coordinator.log).
             log.exception("coordinator crashed")
-            record_event(run, "crashed", step=self._live.get("saved_step"),
+            record_event(run, "crashed", step=None if self._live is None else self._live.saved_step,
                          error=f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
             raise
         finally:
@@ -291,17 +226,16 @@ class Coordinator(submitit.helpers.Checkpointable):
             self._no_checkpoint_verified(cfg, run, store)
         if snap is None:
             trainer = factory(cfg, run, runner, False)
-            self._take_snapshot(trainer)
+            started = self._take_snapshot(trainer)
             self._save_snapshot("start")
-            record_event(run, "started", step=trainer.step, digest=self._live["snapshot"].digest)
+            record_event(run, "started", step=trainer.step, digest=started.digest)
             return trainer
         for prefix in {key.split("/", 1)[0] for key in snap.files}:
             restore_tree(snap.files, prefix, run.path / prefix)
         trainer = factory(cfg, run, runner, True)
         trainer.load_state_dict(snap.trainer_state())
-        self._take_snapshot(trainer)
-        resumed = self._live["snapshot"]
-        self._live["saved_step"] = snap.step
+        resumed = self._take_snapshot(trainer)
+        self.live.saved_step = snap.step
         record_event(run, "resumed", step=trainer.step, checkpoint_step=snap.step,
                      checkpoint_digest=snap.digest, digest=resumed.digest,
                      identical=resumed.digest == snap.digest)
@@ -320,7 +254,7 @@ class Coordinator(submitit.helpers.Checkpointable):
         record_event(run, "no_checkpoint", error=message)
         if not cfg.launch.restart_without_checkpoint:
             raise RuntimeError(message)
-        self._live["resume_warning"] = message
+        self.live.resume_warning = message
 
     def _loop(self, cfg: WMRLConfig, run: RunDir, trainer: Trainer,
               service: SpoolExecutionService, tracker: RunTracker, progress: bool | None) -> dict[str, Any]:
@@ -351,9 +285,9 @@ class Coordinator(submitit.helpers.Checkpointable):
                 bar.set_postfix(progress_postfix(metrics))
         except RunEnded:
             pass  # cancelled: end at the last finished step, as below
-        self._live["finishing"] = True
+        self.live.finishing = True
         bar.close()
-        self._save_snapshot("end")
+        self._save_snapshot("end")  # the last step boundary (a cancel may have stopped a step midway)
         for plot in trainer.write_plots(run.path / "plots", metrics_log.ordered()):
             tracker.log_artifact(plot, "plots")
         finished = trainer.step >= trainer.total_steps
@@ -362,7 +296,7 @@ class Coordinator(submitit.helpers.Checkpointable):
         self._write_progress(run, trainer, service, started, first_step, state)
         if finished:
             run.mark_ended("finished")
-        record_event(run, "ended", step=trainer.step, state=state, digest=self._live["snapshot"].digest)
+        record_event(run, "ended", step=trainer.step, state=state, digest=self.live.snapshot_digest())
         return {"step": trainer.step, "state": state, **trainer.progress(), **peak_rss_mb()}
 
     def _log_step(self, run: RunDir, metrics_log: MetricsLog, tracker: RunTracker, step: int,
@@ -377,22 +311,24 @@ class Coordinator(submitit.helpers.Checkpointable):
         tracker.log_metrics(metrics, step=step, timestamp_ms=timestamp_ms)
 
     # ------------------------------------------------------------------ state
-    def _take_snapshot(self, trainer: Trainer) -> None:
+    def _take_snapshot(self, trainer: Trainer) -> Snapshot:
         import pickle
 
         files: dict[str, bytes] = {}
         for prefix, directory in trainer.snapshot_dirs().items():
             files.update(read_tree(directory, prefix))
-        self._live["snapshot"] = Snapshot(trainer.step, pickle.dumps(trainer.state_dict()), files,
-                                          trainer.state_digest())
+        self.live.snapshot = Snapshot(trainer.step, pickle.dumps(trainer.state_dict()), files,
+                                      trainer.state_digest())
+        return self.live.snapshot
 
     def _save_snapshot(self, reason: str) -> None:
-        snap: Snapshot | None = self._live.get("snapshot")
-        if snap is None or self._live.get("saved_step") == snap.step and reason.startswith("signal"):
-            return  # nothing new since the last save
-        self._live["store"].write(snap, reason)
-        self._live["saved_step"] = snap.step
-        record_event(self._live["run"], "checkpoint", step=snap.step, reason=reason, digest=snap.digest)
+        live = self._live
+        snap = None if live is None else live.snapshot
+        if live is None or snap is None or live.saved_step == snap.step and reason.startswith("signal"):
+            return  # not started, or nothing new since the last save
+        live.store.write(snap, reason)
+        live.saved_step = snap.step
+        record_event(live.run, "checkpoint", step=snap.step, reason=reason, digest=snap.digest)
 
     def _write_progress(self, run: RunDir, trainer: Trainer, service: SpoolExecutionService,
                         started: float, first_step: int, state: str) -> None:
@@ -403,8 +339,8 @@ class Coordinator(submitit.helpers.Checkpointable):
             "state": state, "step": trainer.step, "total_steps": trainer.total_steps,
             "updated_at": time.time(), "seconds_per_step": per_step,
             "eta_s": per_step * (trainer.total_steps - trainer.step) if per_step and state == "running" else None,
-            "resume_warning": self._live.get("resume_warning"),
-            "checkpoint_step": self._live.get("saved_step"), "service": service.stats().to_dict(),
+            "resume_warning": self.live.resume_warning,
+            "checkpoint_step": self.live.saved_step, "service": service.stats().to_dict(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **trainer.progress(), **peak_rss_mb(),
         }
         atomic_write_json(run.path / PROGRESS, progress)

@@ -1,7 +1,7 @@
 """Submitting a run to Slurm with submitit: the coordinator job, then the anchor worker array.
 
 ``wmrl launch`` calls :func:`submit_run`. The Slurm client utilities (executors, job records, the
-worker array, job states) live in :mod:`wmrl.orchestration.slurm`, below this module and the
+worker array, job states) live in :mod:`wmrl.slurm.client`, below this module and the
 coordinator.
 """
 
@@ -13,8 +13,7 @@ import time
 
 from wmrl.config import WMRLConfig
 from wmrl.orchestration.coordinator import Coordinator
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.slurm import (
+from wmrl.slurm.client import (
     COORDINATOR,
     WORKERS,
     JobRecord,
@@ -25,6 +24,7 @@ from wmrl.orchestration.slurm import (
     slurm_executor,
     submit_workers,
 )
+from wmrl.storage.rundir import RunDir
 
 log = logging.getLogger(__name__)
 

@@ -163,7 +163,7 @@ def sandbox_env(
     return env
 
 
-# A worker slot's GPU share (wmrl.orchestration.gpu_share sets them), passed on to a GPU execution.
+# A worker slot's GPU share (wmrl.execution.gpu_share sets them), passed on to a GPU execution.
 GPU_SHARE_VARS = ("WMRL_GPU_FRACTION", "WMRL_GPU_MEMORY_MB", "TF_FORCE_GPU_ALLOW_GROWTH", "PYTORCH_CUDA_ALLOC_CONF",
                   "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 

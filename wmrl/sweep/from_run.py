@@ -49,7 +49,7 @@ import numpy as np
 
 from wmrl.calibration.pool import LOG_NAME, read_log
 from wmrl.config import WMRLConfig, load_config, to_yaml
-from wmrl.orchestration.metrics_log import METRICS, read_rows
+from wmrl.storage.metrics_log import METRICS, read_rows
 from wmrl.sweep.rule_trace import RULE_SETTINGS, RuleTrace, read_trace
 
 MIN_PAIRS = 30  # default: below this a fit of phi, offsets and noise is mostly noise

@@ -130,6 +130,8 @@ def replay(alg: AlgorithmConfig, pairs_dir: Path, steps: int) -> list[RuleStep]:
         for step in range(steps):
             _, decision, _ = shell.plan()
             state = None if cal is None else cal.rule_inputs()
+            if cal is not None:  # as LoopShell.step does: the rate form's carry moves with each decision
+                cal.record_anchor(decision, alg.groups_per_step)
             out.append(RuleStep(step, decision.groups, decision.reason, None if state is None else state.eta2,
                                 None if state is None else state.eta2_cal, () if state is None else state.flagged))
             for batch in batches.get(step, []) if cal is not None else []:

@@ -6,7 +6,7 @@ Executors (``--executor``):
   processes; launch runs as ``wmrl launch ... launch.executor=local`` processes).
 - ``slurm``: each run is its own job, at most ``--max-parallel`` of them queued or running at once
   (the throttle; the driver submits the next one when one ends). Simulate runs are one submitit job
-  each (the coordinator's executor from ``wmrl/orchestration/slurm.py``); launch runs are
+  each (the coordinator's executor from ``wmrl/slurm/client.py``); launch runs are
   ``wmrl launch ... launch.executor=slurm --wait``: a coordinator job plus its own worker array.
 
 A re-issued sweep (same spec, same command) skips finished runs, logs computed-but-unlogged ones,
@@ -27,8 +27,8 @@ from typing import Any
 
 from wmrl.config import ConfigError, WMRLConfig
 from wmrl.io import atomic_write_json, atomic_write_text, read_json
-from wmrl.orchestration.rundir import RunDir, config_diff, config_mismatch
-from wmrl.orchestration.slurm import (
+from wmrl.progress import Progress, progress_display
+from wmrl.slurm.client import (
     COORDINATOR,
     active_tasks,
     check_slurm_available,
@@ -36,7 +36,7 @@ from wmrl.orchestration.slurm import (
     job_states,
     slurm_executor,
 )
-from wmrl.progress import Progress, progress_display
+from wmrl.storage.rundir import RunDir, config_diff, config_mismatch
 from wmrl.sweep.simulate_run import compute, log_run
 from wmrl.sweep.spec import SweepSpec, run_config, run_configs
 from wmrl.sweep.state import SweepDir, has_result, is_finished

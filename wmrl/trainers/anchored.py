@@ -2,7 +2,7 @@
 
 Each task of the pool offers its reference solutions (standalone scripts of different strength) as the
 candidates a trajectory can pick; the softmax policy of ``wmrl simulate`` learns which to pick. Anchor
-groups are really executed (:class:`~wmrl.orchestration.executed.ExecutedEnvironment`: the request goes
+groups are really executed (:class:`~wmrl.execution.executed.ExecutedEnvironment`: the request goes
 through the execution service to the workers, the sandbox runs the script, the grader scores its
 submission); world-model groups, and the anchor pairs, are scored by the synthetic world model
 ``r_hat = phi(r) + noise`` over the solution's score known from the pool build. The step is the one
@@ -30,14 +30,14 @@ import numpy as np
 
 from wmrl.calibration.calibrator import STATE_NAME, Calibrator
 from wmrl.config import WMRLConfig
+from wmrl.execution.executed import ExecutedEnvironment, Runner
 from wmrl.loop import LoopShell
-from wmrl.orchestration.executed import ExecutedEnvironment, Runner
-from wmrl.orchestration.rundir import RunDir
 from wmrl.rollout import Submission
 from wmrl.simulate.policy import SoftmaxPolicy
 from wmrl.simulate.softmax import SoftmaxAgent, SoftmaxLearner, SyntheticWorldModelEnv
 from wmrl.simulate.world_model import SyntheticWorldModel
 from wmrl.step import StepResult
+from wmrl.storage.rundir import RunDir
 from wmrl.tasks.layouts import LoadOptions
 from wmrl.tasks.pool import load_pool, resolve_pool_root
 from wmrl.trainers.common import RunTotals, write_run_plots
@@ -201,7 +201,7 @@ def make_trainer(cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool) -> 
 
 
 def dry_candidates(n_tasks: int = 3, n_candidates: int = 4, sleep_s: float = 0.2) -> CandidateTable:
-    """Plumbing dry run (``trainer=dry`` with ``launch.work=wmrl.orchestration.work:python_work``): each candidate is a
+    """Plumbing dry run (``trainer=dry`` with ``launch.work=wmrl.execution.work:python_work``): each candidate is a
     tiny script that sleeps and prints its known score, so the executed score equals the known one."""
     known = np.array([[round((k + 1 + t) / (n_candidates + n_tasks), 4) for k in range(n_candidates)]
                       for t in range(n_tasks)])

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from wmrl.execution import execute_and_grade
+from wmrl.execution.outcome import execute_and_grade
 from wmrl.io import atomic_write_json
 from wmrl.progress import progress_display
 from wmrl.rollout import content_key

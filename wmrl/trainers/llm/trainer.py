@@ -1,25 +1,7 @@
-"""The LLM trainer (``trainer: llm``, ``wmrl train``): a research agent post-trained with WMRL.
-
-One step is :func:`wmrl.step.wmrl_step` with these parts:
-
-- policy: :class:`~wmrl.agent.policy.AgentPolicy`, the multi-turn agent over a :class:`Generator`
-  (transformers on CPU, vLLM on a cluster) that samples replies, parses their code block and feeds
-  each turn's submission to its group's environment;
-- executed environment (anchor groups): :class:`~wmrl.orchestration.executed.ExecutedEnvironment`, the
-  run's workers (local processes or a Slurm array) running the sandbox and the grader;
-- world-model environment: :class:`~wmrl.world_model.env.WorldModelEnvironment`, the frozen initial
-  policy prompted with the eight checks of Appendix E (in this process, or a served endpoint);
-- learner: :class:`~wmrl.learner.grpo.GRPOLearner`, the DeepSpeed GRPO update with the Eq. 5 weights.
-
-Around the step, this module does what only a real run needs: weight sync from the learner to the
-generator after each update, rollout records (``rollouts/step-N.jsonl.gz``), evaluation with the paper's
-metric before, during and after training (real execution, avg@k), learner checkpoints every
-``train.save_every`` steps, and the coordinator protocol (state, progress, plots).
-
-Resume: the coordinator snapshots :meth:`state_dict` after every step, but model and optimizer live in
-learner checkpoints; so :meth:`state_dict` is the state *as of the last learner checkpoint*, and a
-requeued run resumes there (calibration restored to the same step) and replays the steps after it.
-"""
+"""The LLM trainer's step loop (``trainer: llm``): one WMRL step in the loop shell, then weight sync,
+rollout records, evaluation with the paper's metric, learner checkpoints, and the coordinator protocol
+(state, progress, plots). Its parts are built by :func:`~wmrl.trainers.llm.assembly.assemble`; the
+package docstring (:mod:`wmrl.trainers.llm`) describes the whole and its resume."""
 
 from __future__ import annotations
 
@@ -32,53 +14,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from wmrl.agent.policy import AgentPolicy
 from wmrl.agent.records import write_rollouts
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.config import WMRLConfig
 from wmrl.evaluation import EvalReport, evaluate_split
-from wmrl.generation.data_parallel import place_on_rank
-from wmrl.generation.factory import build_generator
-from wmrl.generation.shared_prefix import sharing_prefixes
-from wmrl.io import append_line_durable, atomic_write_json
-from wmrl.learner.follower import lead
+from wmrl.execution.executed import ExecutedEnvironment, Runner
+from wmrl.io import append_line_durable
 from wmrl.loop import LoopShell
-from wmrl.models.cache import built_hash
-from wmrl.models.kernels import log_kernels
-from wmrl.orchestration.executed import ExecutedEnvironment, Runner
-from wmrl.orchestration.rundir import RunDir
-from wmrl.sft.data import run_context
-from wmrl.sft.pipeline import INITIAL_POLICY, read_pinned_initial_policy
-from wmrl.step import PHASES, StepResult
-from wmrl.tasks.overview import task_overview
-from wmrl.tasks.pool import load_pool, resolve_pool_root
+from wmrl.step import PHASES, StepResult, step_seconds_key
+from wmrl.storage.rundir import RunDir
 from wmrl.trainers.common import RunTotals, write_run_plots
-from wmrl.world_model.backends import HTTPBackend, InProcessBackend
-from wmrl.world_model.env import TaskCase, WorldModelEnvironment
-from wmrl.world_model.memory import Executed, ExecutedMemory, OnlineLog, executed_solutions
-from wmrl.world_model_data.examples import memory_examples, policy_samples, policy_samples_cost
+from wmrl.trainers.llm.assembly import assemble
+from wmrl.trainers.llm.names import COST_SOURCE, EVALS, LEARNER_DIR
+from wmrl.world_model.memory import ExecutedMemory, executed_solutions
 
 log = logging.getLogger(__name__)
-COST_SOURCE = "measured"
-LEARNER_DIR = "checkpoints/learner"
-EVALS = "evals.jsonl"
-MEMORY_LOG = "world_model_memory.jsonl"  # the anchors the executed-solution memory learned, per step
-# the memory's one-time build cost (its policy samples drawn, its own executions), read by scripts/headline.py
-MEMORY_BUILD = "memory_build.json"
-# A step's seconds per phase in its metrics row (the step-time breakdown, benchmarks/bench_train_step.py);
-# evaluation and the learner checkpoint fall only in the steps that evaluate or save.
-STEP_PHASE_KEYS = {"generation": "step_seconds_generation", "world_model": "step_seconds_world_model",
-                   "execution": "step_seconds_execution", "learner": "step_seconds_update",
-                   "weight_sync": "step_seconds_weight_sync", "io": "step_seconds_io",
-                   "evaluation": "step_seconds_evaluation", "checkpoint": "step_seconds_checkpoint"}
 
 
 class LLMTrainer:
     def __init__(self, cfg: WMRLConfig, run: RunDir, runner: Runner, resume: bool) -> None:
-        import torch
-
-
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.cfg, self.run_dir, self.runner = cfg, run, runner
@@ -86,60 +42,13 @@ class LLMTrainer:
         self.step = 0
         self.rng = np.random.default_rng(cfg.algorithm.seed)
         torch.manual_seed(cfg.algorithm.seed)
-        # The initial policy (model.path, or the tiny default after SFT), resolved and pinned by `wmrl
-        # launch` before this trainer starts: a resume never swaps the reference or the world model.
-        pinned = read_pinned_initial_policy(run.path, log=log.info)
-        if pinned is None:
-            raise RuntimeError(f"no initial policy pinned in {run.path / INITIAL_POLICY}: start the run with "
-                               "`wmrl launch` or `wmrl train`, which resolve it (building it if needed) first")
-        self.model_path = pinned
-        root = resolve_pool_root(cfg.tasks)
-        competitions = Path(cfg.tasks.competitions_dir) if cfg.tasks.competitions_dir else None
-        every = load_pool(root, "all", competitions)
-        self.train_tasks = [t for t in every if t.split == (cfg.tasks.split if cfg.tasks.split != "all" else t.split)]
-        if not self.train_tasks:
-            raise ValueError(f"no task of split {cfg.tasks.split!r} in the pool at {root}")
-        self.eval_tasks = {split: [t for t in every if t.split == split] for split in ("train", "heldout")}
-        overviews = {t.task_id: task_overview(t) for t in every}
-        agent_ctx, _, runtime = run_context(cfg)
-
-        # Rank 0 of several learner ranks leads them (the others follow, wmrl/learner/follower.py).
-        learner = lead(cfg.learner, self.model_path)
-        log_kernels(learner.engine.module)
-        # generation.vllm.placement: colocated vLLM takes turns with the learner on its GPU (colocation.py),
-        # one engine per learner rank, each drawing a share of every call (data_parallel.py)
-        self.learner, self.generator = place_on_rank(learner, self.model_path, learner.channel, cfg.generation,
-                                                     cfg.model.dtype)
-        self.policy = AgentPolicy(self.generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
-        self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
         self.shell = LoopShell(cfg.algorithm, run.path / "calibration", resume=resume)
-        self.cal_dir = self.shell.directory
-        self.world_model = None
-        # world_model.memory: the executed-solution memory answers the quality check; it starts from what
-        # was executed offline and, with memory_online, learns each step's anchors (logged for a resume).
-        self._memory_offline: list[Executed] = []
-        self._memory_log = OnlineLog(run.path / MEMORY_LOG)
-        if self.shell.calls_world_model:
-            cases = {t.task_id: TaskCase.from_task(t) for t in every}
-            memory = None
-            if cfg.world_model.memory:
-                started = time.perf_counter()
-                build = built_hash(self.model_path)
-                sampling = (self.policy, self.train_tasks, cfg.world_model.memory_policy_samples, cfg.world_model.seed)
-                drawn = time.perf_counter()
-                samples = policy_samples(*sampling, build)
-                # without a build hash nothing is cached: the samples were drawn just now, at this cost
-                drawing = (policy_samples_cost(*sampling, build) if build is not None else
-                           {"samples": len(samples), "seconds_generation": time.perf_counter() - drawn})
-                cost: dict[str, Any] = {"build": build, **(drawing or {})}
-                self._memory_offline = memory_examples(cfg, every, runtime, samples, progress=False, cost=cost)
-                if not run.path.joinpath(MEMORY_BUILD).is_file():  # a resume keeps the first start's record
-                    atomic_write_json(run.path / MEMORY_BUILD, cost)
-                memory = ExecutedMemory(self._memory_offline)
-                log.info("executed-solution memory: %d solutions of known outcome (%d samples of the initial "
-                         "policy), %.1f s", len(memory), len(samples), time.perf_counter() - started)
-            self.world_model = WorldModelEnvironment(self._world_model_backend(), cases, cfg.world_model,
-                                                     runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus, memory)
+        parts = assemble(cfg, run, runner, self.shell.calls_world_model)
+        self.model_path = parts.model_path
+        self.train_tasks, self.eval_tasks = parts.tasks.train, parts.tasks.evaluated
+        self.learner, self.generator, self.policy = parts.learner, parts.generator, parts.policy
+        self.executed_env, self.world_model = parts.executed_env, parts.world_model
+        self._memory_offline, self._memory_log = parts.memory_offline, parts.memory_log
         self.totals = RunTotals()
         self.last_eval: dict[str, float] = {}
         self._saved: dict[str, Any] = {}
@@ -149,17 +58,6 @@ class LLMTrainer:
     @property
     def calibrator(self) -> Calibrator | None:
         return self.shell.calibrator
-
-    def _world_model_backend(self) -> Any:
-        """The frozen initial policy in this process (a second copy, never synced), or an endpoint."""
-        wm = self.cfg.world_model
-        if wm.backend == "http":
-            return HTTPBackend(wm.url, wm.model or str(self.model_path), wm.max_new_tokens, wm.temperature,
-                               wm.seed, concurrency=wm.concurrency, timeout_s=wm.timeout_s, retries=wm.retries)
-        frozen = build_generator(self.model_path, self.cfg.generation, self.cfg.model.dtype)
-        if wm.share_prefixes:
-            frozen = sharing_prefixes(frozen, wm.batch_size)
-        return InProcessBackend(frozen, wm.max_new_tokens, wm.temperature, wm.seed)
 
     # ------------------------------------------------------------------ one step
     def run_step(self) -> dict[str, float]:
@@ -198,11 +96,11 @@ class LLMTrainer:
         started = time.perf_counter()
         if self.cfg.train.eval_split != "none" and (last or (every and self.step % every == 0)):
             metrics.update(self.evaluate_now("after" if last else f"step{self.step}"))
-        metrics["step_seconds_evaluation"] = eval_seconds + time.perf_counter() - started
+        metrics[step_seconds_key("evaluation")] = eval_seconds + time.perf_counter() - started
         started = time.perf_counter()
         if last or self.step % self.cfg.train.save_every == 0:
             self._save_learner()
-        metrics["step_seconds_checkpoint"] = time.perf_counter() - started
+        metrics[step_seconds_key("checkpoint")] = time.perf_counter() - started
         return {k: (v if v is None or math.isfinite(v) else None) for k, v in metrics.items()}  # type: ignore[misc]
 
     def evaluate_now(self, label: str) -> dict[str, float]:
@@ -245,8 +143,8 @@ class LLMTrainer:
             "rho": done.rho, "pairs_step": float(done.pairs),
             "reply_tokens_mean": float(np.mean(generated)) if generated else 0.0,
             # this step's; the run's totals so far are seconds_<phase> (RunTotals)
-            "step_seconds_weight_sync": sync_seconds, "step_seconds_io": io_seconds,
-            **{f"step_seconds_{p}": done.seconds.get(p, 0.0) for p in PHASES},
+            step_seconds_key("weight_sync"): sync_seconds, step_seconds_key("io"): io_seconds,
+            **{step_seconds_key(p): done.seconds.get(p, 0.0) for p in PHASES},
             **self.totals.as_metrics(),
             **{k: float(v) for k, v in snap.items() if k != "rho"},
             **{k: float(v) for k, v in done.learner.items()},

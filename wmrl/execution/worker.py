@@ -23,14 +23,14 @@ import time
 from types import FrameType
 from typing import Any
 
+from wmrl.execution.config import LaunchConfig
+from wmrl.execution.gpu_share import gpu_fraction
+from wmrl.execution.work import WorkFn
 from wmrl.io import atomic_write_json
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.gpu_share import gpu_fraction
-from wmrl.orchestration.health import coordinator_health
-from wmrl.orchestration.records import ExecutionOutcomeRecord, check_id, check_score, sanitize_id
-from wmrl.orchestration.rundir import RunDir, host_name, slurm_identity
-from wmrl.orchestration.spool import SWEEP_EVERY_S, Claim, LeaseWatch, Spool
-from wmrl.orchestration.work import WorkFn
+from wmrl.storage.health import coordinator_health
+from wmrl.storage.records import ExecutionOutcomeRecord, check_id, check_score, sanitize_id
+from wmrl.storage.rundir import RunDir, host_name, slurm_identity
+from wmrl.storage.spool import SWEEP_EVERY_S, Claim, LeaseWatch, Spool
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)

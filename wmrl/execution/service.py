@@ -31,13 +31,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
+from wmrl.execution.config import LaunchConfig
+from wmrl.execution.gpu_share import mps_daemon, slot_env, visible_gpus
+from wmrl.execution.work import DEFAULT_WORK
 from wmrl.io import read_json
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.gpu_share import mps_daemon, slot_env, visible_gpus
-from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest, InvalidResult
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.spool import SWEEP_EVERY_S, LeaseWatch, Spool, visible_names
-from wmrl.orchestration.work import DEFAULT_WORK
+from wmrl.storage.records import ExecutionOutcomeRecord, ExecutionRequest, InvalidResult
+from wmrl.storage.rundir import RunDir
+from wmrl.storage.spool import SWEEP_EVERY_S, LeaseWatch, Spool, visible_names
 
 log = logging.getLogger(__name__)
 THROUGHPUT_WINDOW_S = 600.0
@@ -197,9 +197,9 @@ def throughput_per_min(spool: Spool, newest: int = 500) -> float:
 class LocalExecutor:
     """N ``wmrl worker`` processes on this machine, on the run's spool: the same workers as on Slurm.
 
-    ``work`` names the work factory (``module:attr``, see :mod:`wmrl.orchestration.work`). With
+    ``work`` names the work factory (``module:attr``, see :mod:`wmrl.execution.work`). With
     ``executions_per_gpu`` > 1 and visible GPUs, worker ``i`` is a slot on GPU ``i // executions_per_gpu``
-    told its share (:mod:`wmrl.orchestration.gpu_share`).
+    told its share (:mod:`wmrl.execution.gpu_share`).
     """
 
     def __init__(self, run: RunDir, workers: int, work: str = DEFAULT_WORK,

@@ -12,16 +12,16 @@ import sys
 from pathlib import Path
 
 from wmrl.config import ConfigError, WMRLConfig
-from wmrl.orchestration.memory_plan import model_config_source, plan_with_fixes
-from wmrl.orchestration.registry import TRAINERS, trainer_factory, trainer_spec
+from wmrl.planning.memory import model_config_source, plan_with_fixes
 from wmrl.sandbox import SandboxError, make_backend
 from wmrl.tasks.layouts import LoadOptions
 from wmrl.tasks.pool import load_pool
 from wmrl.tasks.task import TaskError
+from wmrl.trainer_registry import TRAINERS, trainer_factory, trainer_spec
 
 # Kernel filesystems: writable-looking, but nothing a run directory can live on.
 VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
-SANDBOX_WORK = "wmrl.orchestration.work:real_work"
+SANDBOX_WORK = "wmrl.orchestration.anchors:real_work"
 
 
 class PreflightError(ConfigError):

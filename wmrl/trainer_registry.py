@@ -23,6 +23,10 @@ class TrainerSpec:
     # "module:attr", called as ``prepare(cfg, run_path)`` by the coordinator before the trainer is built
     # (every launch route runs it: local, submitit, plain sbatch); None: nothing to prepare
     prepare: str | None = None
+    # "module:attr", called as ``initial_policy(cfg, progress=True) -> Path``: builds (cached) the policy a run
+    # starts from when the config names none; `wmrl train` trains the trainers that have one, building it
+    # first in the foreground, with progress
+    initial_policy: str | None = None
     learner_ranks: bool = False  # several coordinator tasks can be its learner ranks (wmrl/learner/follower.py)
     gpu_memory_plan: bool = False  # `wmrl plan` models its GPUs (learner + generator)
 
@@ -34,8 +38,9 @@ TRAINERS: dict[str, TrainerSpec] = {
     "dry": TrainerSpec("wmrl.trainers.anchored:make_dry_trainer"),
     # the LLM research agent trained with WMRL (wmrl train); its initial policy is resolved (built if
     # needed) and pinned in the run directory before it starts, the trainer only reads the pin
-    "llm": TrainerSpec("wmrl.trainers.llm:make_trainer", prepare="wmrl.sft.pipeline:pinned_initial_policy",
-                       learner_ranks=True, gpu_memory_plan=True),
+    "llm": TrainerSpec("wmrl.trainers.llm.trainer:make_trainer", prepare="wmrl.sft.pipeline:pinned_initial_policy",
+                       initial_policy="wmrl.sft.pipeline:initial_policy_path", learner_ranks=True,
+                       gpu_memory_plan=True),
 }
 
 
@@ -52,6 +57,19 @@ def trainer_spec(name: str) -> TrainerSpec:
 def trainer_factory(name: str) -> Any:
     """The factory registered under ``name``."""
     return _resolve(TRAINERS[name].factory)
+
+
+def trains_an_agent(name: str) -> bool:
+    """Whether ``name`` trains from an initial policy (what ``wmrl train`` trains)."""
+    return TRAINERS[name].initial_policy is not None
+
+
+def build_initial_policy(name: str, cfg: Any) -> Any:
+    """The initial policy of a run of ``name`` (built if needed, with progress): a path."""
+    build = TRAINERS[name].initial_policy
+    if build is None:
+        raise ValueError(f"trainer {name!r} has no initial policy to build")
+    return _resolve(build)(cfg, progress=True)
 
 
 def prepare_run(name: str, cfg: Any, run_path: Any) -> None:

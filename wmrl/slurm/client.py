@@ -32,12 +32,12 @@ from typing import Any
 
 from wmrl.config import WMRLConfig, load_config
 from wmrl.config_checks import ConfigError
+from wmrl.execution.gpu_share import array_tasks, slots_per_task, visible_gpus
+from wmrl.execution.service import LocalExecutor
+from wmrl.execution.work import load_work
+from wmrl.execution.worker import Worker, default_worker_id, worker_log_handler
 from wmrl.io import atomic_write_json, read_json
-from wmrl.orchestration.gpu_share import array_tasks, slots_per_task, visible_gpus
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.service import LocalExecutor
-from wmrl.orchestration.work import load_work
-from wmrl.orchestration.worker import Worker, default_worker_id, worker_log_handler
+from wmrl.storage.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,9 @@ def task_rank() -> int:
 def template_path(name: str) -> Path:
     """The absolute path of a plain-sbatch template (``coordinator.sbatch``, ``workers.sbatch``,
     ``vllm-serve.sbatch``, ``mlflow-server.sbatch``). They ship inside the package
-    (wmrl/orchestration/templates/, package data; slurm/templates links there in a checkout), so the
+    (wmrl/slurm/templates/, package data; slurm/templates links there in a checkout), so the
     printed sbatch lines work from any directory and from a pip install."""
-    found = importlib.resources.files("wmrl.orchestration") / "templates" / name
+    found = importlib.resources.files("wmrl.slurm") / "templates" / name
     if not isinstance(found, Path) or not found.is_file():  # e.g. a zipped install: sbatch needs a real file
         raise FileNotFoundError(f"sbatch template {name!r} is not a file of the installed wmrl package ({found}); "
                                 "install wmrl from a directory or a wheel (pip install wmrl), not a zip")

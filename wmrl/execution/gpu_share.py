@@ -32,7 +32,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from wmrl.orchestration.config import LaunchConfig
+from wmrl.execution.config import LaunchConfig
 from wmrl.sandbox.runspec import GPU_SHARE_VARS
 
 # The sandbox passes GPU_SHARE_VARS on from the worker's environment to an execution with a GPU.

@@ -9,17 +9,18 @@ error, ``terminated``, ``ended``), and on Slurm the scheduler (``squeue`` while 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wmrl.io import read_json
-from wmrl.orchestration.lock import RunLock
-from wmrl.orchestration.records import InvalidResult, parse_outcome
-from wmrl.orchestration.rundir import RunDir
-from wmrl.orchestration.spool import visible_names
+from wmrl.io import append_line_durable, read_json
+from wmrl.storage.lock import RunLock
+from wmrl.storage.records import InvalidResult, parse_outcome
+from wmrl.storage.rundir import RunDir
+from wmrl.storage.spool import visible_names
 
 EVENTS = "logs/coordinator-events.jsonl"
 LIFECYCLE = ("started", "resumed", "crashed", "terminated", "requeue", "ended")
@@ -34,6 +35,14 @@ class CoordinatorHealth:
     last_error: str | None = None
     # Wall time of the coordinator's last sign of life (lock heartbeat, last event); None if none.
     last_seen: float | None = None
+
+
+def record_event(run: RunDir, event: str, **fields: Any) -> None:
+    """One line of the coordinator's event log (``EVENTS``): what happened, when, in which job."""
+    line = json.dumps({"event": event, "at": time.time(), "pid": os.getpid(),
+                       "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                       "restart_count": os.environ.get("SLURM_RESTART_COUNT"), **fields}, sort_keys=True)
+    append_line_durable(run.path / EVENTS, line)
 
 
 def read_events(run: RunDir) -> list[dict[str, Any]]:

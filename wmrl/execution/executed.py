@@ -1,6 +1,6 @@
 """The executed environment: each submission really runs in a sandbox on a worker and is graded.
 
-Submissions become :class:`~wmrl.orchestration.records.ExecutionRequest` s (request id from the
+Submissions become :class:`~wmrl.storage.records.ExecutionRequest` s (request id from the
 submission's :class:`~wmrl.rollout.SubmissionId`, so a resubmitted step after a restart reuses finished
 work and nothing is counted twice), go through the run's execution service (the coordinator's
 ``AnchorRunner``: submit, wait in slices, cancel what missed the deadline), and come back as
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from wmrl.orchestration.config import LaunchConfig
-from wmrl.orchestration.records import ExecutionOutcomeRecord, ExecutionRequest
+from wmrl.execution.config import LaunchConfig
 from wmrl.rollout import EXECUTED, Feedback, Submission, content_key
+from wmrl.storage.records import ExecutionOutcomeRecord, ExecutionRequest
 
 NO_RESULT = "The execution infrastructure gave up on this attempt; it is not counted."
 

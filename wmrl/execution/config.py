@@ -57,7 +57,7 @@ def _check_nccl_env(key: str, env: dict[str, str]) -> None:
 def _check_work(key: str, work: str) -> None:
     module, _, attr = work.partition(":")
     if not module or not attr:
-        raise ConfigError(f"{key}={work!r} must be 'module:factory', e.g. wmrl.orchestration.work:real_work")
+        raise ConfigError(f"{key}={work!r} must be 'module:factory', e.g. wmrl.orchestration.anchors:real_work")
 
 
 @dataclass
@@ -132,7 +132,7 @@ class LaunchConfig(Section):
     # `wmrl status`) or, with false, refuse to start.
     restart_without_checkpoint: bool = True
     # A code the run already executed for the same task is not executed again: its outcome is reused
-    # (wmrl/orchestration/executed.py). Right only where a program's outcome is a function of its code.
+    # (wmrl/execution/executed.py). Right only where a program's outcome is a function of its code.
     reuse_executions: bool = False
 
     # ---- Slurm submission (launch.executor=slurm; see docs/orchestration.md). "" / 0 = not requested.
@@ -153,7 +153,7 @@ class LaunchConfig(Section):
     # Per array task (one worker = one anchor execution at a time).
     worker_gpus: int = field(default=0, metadata=in_range(0))
     # Anchor executions sharing one GPU (each a worker slot told its 1/N share: CUDA_VISIBLE_DEVICES,
-    # WMRL_GPU_FRACTION, WMRL_GPU_MEMORY_MB; see wmrl/orchestration/gpu_share.py). An array task runs
+    # WMRL_GPU_FRACTION, WMRL_GPU_MEMORY_MB; see wmrl/execution/gpu_share.py). An array task runs
     # executions_per_gpu * worker_gpus slots, so the array has ceil(workers / that) tasks; each
     # execution is counted as 1/executions_per_gpu of a GPU in the cost accounting.
     executions_per_gpu: int = field(default=1, metadata=in_range(1))
@@ -192,9 +192,9 @@ class LaunchConfig(Section):
     max_requeues: int = field(default=50, metadata=in_range(0))
     # The coordinator resubmits the worker array when work is queued and no worker task is alive.
     resubmit_workers: bool = True
-    # What workers do with a request ("module:factory", wmrl.orchestration.work): the sandbox + grader,
-    # or e.g. wmrl.orchestration.work:python_work for a dry run of the plumbing.
-    work: str = field(default="wmrl.orchestration.work:real_work", metadata=checked_by(_check_work))
+    # What workers do with a request ("module:factory", wmrl.execution.work): the sandbox + grader,
+    # or e.g. wmrl.execution.work:python_work for a dry run of the plumbing.
+    work: str = field(default="wmrl.orchestration.anchors:real_work", metadata=checked_by(_check_work))
 
     def worker_slots(self) -> int:
         """Worker slots one Slurm array task runs: ``executions_per_gpu`` on each of its GPUs (1 without GPUs)."""

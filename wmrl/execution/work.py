@@ -5,7 +5,7 @@ in [0, 1], the true score of the solution). Work functions are made by a *factor
 directory (to read the run's config), named on the command line as ``module:attribute``::
 
     wmrl worker RUN_DIR                                          # real_work: sandbox + grader
-    wmrl worker RUN_DIR --work wmrl.orchestration.work:python_work   # plain Python, no sandbox
+    wmrl worker RUN_DIR --work wmrl.execution.work:python_work   # plain Python, no sandbox
 
 ``python_work`` is a real but simple executor (a Python subprocess with a timeout, score read from
 the last line it prints) for tests, benchmarks and dry runs of the plumbing.
@@ -24,17 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wmrl.config import load_config
-from wmrl.execution import execute_and_grade
-from wmrl.orchestration.records import ExecutionRequest
-from wmrl.orchestration.rundir import RunDir
+from wmrl.execution.outcome import execute_and_grade
 from wmrl.sandbox import limits_from_config, make_backend
+from wmrl.storage.records import ExecutionRequest
+from wmrl.storage.rundir import RunDir
 from wmrl.tasks.layouts import LoadOptions
 from wmrl.tasks.pool import load_pool, resolve_pool_root
 
 WorkFn = Callable[[ExecutionRequest], dict[str, Any]]
 WorkFactory = Callable[[RunDir], WorkFn]
-DEFAULT_WORK = "wmrl.orchestration.work:real_work"
+DEFAULT_WORK = "wmrl.orchestration.anchors:real_work"
 
 
 def load_work(spec: str, run: RunDir) -> WorkFn:
@@ -49,17 +48,9 @@ def load_work(spec: str, run: RunDir) -> WorkFn:
     return factory(run)
 
 
-def real_work(run: RunDir) -> WorkFn:
-    """Production: run the solution in the configured sandbox, grade it against the hidden answers.
-
-    Payload: ``ExecutionOutcome.to_dict()`` plus ``score`` (the position score). Infrastructure
-    failures (sandbox cannot start, broken task) raise, so the worker retries the request.
-    """
-    return config_work(load_config(run.config_path), run.run_id)
-
-
 def config_work(cfg: Any, run_id: str) -> WorkFn:
-    """:func:`real_work` for a config without a run directory (``wmrl eval`` of a model directory)."""
+    """Run a solution in ``cfg.sandbox`` and grade it against ``cfg.tasks``' hidden answers: the work of a
+    run's workers (:func:`wmrl.orchestration.anchors.real_work` reads the run's config) and of ``wmrl eval``."""
     backend = make_backend(cfg.sandbox)
     root = resolve_pool_root(cfg.tasks)
     tasks = {task.task_id: task for task in load_pool(root, "all", LoadOptions.from_config(cfg.tasks))}

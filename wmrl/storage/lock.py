@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from wmrl.io import atomic_create_json
-from wmrl.orchestration.rundir import host_name
+from wmrl.storage.rundir import host_name
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
     runs/<run_id>/
       config.yaml            the resolved config (workers read their timings from it)
       manifest.json          versions, git commit, host, start time; one entry per coordinator start
-      RUN_LOCK               the coordinator's lock (wmrl.orchestration.lock)
+      RUN_LOCK               the coordinator's lock (wmrl.storage.lock)
       ENDED                  present once the run is over: workers exit
       rollouts/  calibration/  checkpoints/  logs/
       workers/<worker_id>.json       worker heartbeats
@@ -213,3 +213,7 @@ def create_run_dir(path: str | Path, config_yaml: str, group: str = "",
                     "versions": package_versions(), "git": git_state(), "starts": [start]}
     atomic_write_json(run.manifest_path, manifest)
     return run
+
+
+class RunEnded(Exception):
+    """``wmrl cancel`` (or another process) marked the run ended while a step waited."""

@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.io import TMP_PREFIX, atomic_create_json, atomic_write_json, atomic_write_text
-from wmrl.orchestration.records import (
+from wmrl.storage.records import (
     ExecutionOutcomeRecord,
     ExecutionRequest,
     InvalidResult,
     check_id,
     parse_outcome,
 )
-from wmrl.orchestration.rundir import RunDir, host_name
+from wmrl.storage.rundir import RunDir, host_name
 
 log = logging.getLogger(__name__)
 RECLAIM_PREFIX = ".reclaim-"
