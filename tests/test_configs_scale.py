@@ -167,6 +167,6 @@ def test_gpu_smoke_breakdown_reads_the_first_step_phases_from_metrics_jsonl(tmp_
             {"step": 2, "step_seconds_generation": 99.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = smoke.breakdown(tmp_path)
-    assert out["seconds"]["generation"] == 9.0 and out["seconds"]["learner"] == 3.0
+    assert out["seconds"]["generation"] == 9.0 and out["seconds"]["update"] == 3.0
     assert out["seconds"]["weight_sync"] == 0.5 and out["seconds"]["execution"] is None
     assert out["learner/peak_memory_mb"] == 1234.0

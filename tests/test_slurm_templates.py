@@ -74,7 +74,7 @@ def test_launch_no_submit_writes_the_run_directory_and_prints_the_sbatch_lines(t
 def test_templates_are_package_data_and_slurm_templates_links_to_them():
     shipped = sorted(p.name for p in template_path("coordinator.sbatch").parent.glob("*.sbatch"))
     assert shipped == ["coordinator.sbatch", "mlflow-server.sbatch", "vllm-serve.sbatch", "workers.sbatch"]
-    assert template_path("coordinator.sbatch").parent == (REPO / "wmrl" / "orchestration" / "templates")
+    assert template_path("coordinator.sbatch").parent == (REPO / "wmrl" / "slurm" / "templates")
     assert TEMPLATES.resolve() == template_path("workers.sbatch").parent  # the checkout's path still works
 
 

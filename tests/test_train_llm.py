@@ -80,7 +80,7 @@ def test_train_keeps_learner_checkpoints_that_export_loads(micro_run, tmp_path):
 
 def test_train_refuses_a_config_of_another_trainer(tmp_path):
     done = wmrl("train", str(REPO / "configs" / "e2e-local.yaml"))
-    assert done.returncode == 2 and "trains the LLM agent" in done.stderr
+    assert done.returncode == 2 and "trains an agent from an initial policy (trainer: llm)" in done.stderr
 
 
 def test_sigkill_mid_step_resumes_at_the_checkpoint_with_identical_tokens_and_weights(
