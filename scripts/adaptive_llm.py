@@ -21,11 +21,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import train_learning as tl  # noqa: E402  (a sibling script: the sweep readers every report shares)
+import train_learning as tl  # a sibling script: the sweep readers every report shares
 
-from wmrl.anchor_rule import REASONS  # noqa: E402
-from wmrl.simulate.report import mean_se  # noqa: E402
-from wmrl.sweep.paired import paired  # noqa: E402
+from wmrl.anchor_rule import REASONS
+from wmrl.simulate.report import mean_se
+from wmrl.sweep.paired import paired
 
 ARMS = ("adaptive", "fixed")
 
@@ -66,8 +66,8 @@ def summarise(sweep: Path) -> dict[str, Any]:
 
 def markdown(s: dict[str, Any], command: str) -> str:
     out = ["# The adaptive anchor rule on the tiny LLM default (issue 37)", "",
-           f"`{command}`; {len(s['runs'])} runs of `{Path(s['sweep']).name}`. Score: the training tasks' "
-           "`sample_mean` after the last step (really executed); CPU-hours measured (every phase's seconds).", "",
+           (f"`{command}`; {len(s['runs'])} runs of `{Path(s['sweep']).name}`. Score: the training tasks' "
+            "`sample_mean` after the last step (really executed); CPU-hours measured (every phase's seconds)."), "",
            "| rule | seeds | train score | CPU-hours | executions | mean anchor fraction |", "|---|---|---|---|---|---|"]
     for arm, a in s["arms"].items():
         out.append(f"| {arm} | {len(a['seeds'])} | {a['train_score_mean']:.3f} ± {a['train_score_se']:.3f} | "

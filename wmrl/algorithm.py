@@ -79,6 +79,10 @@ class AlgorithmConfig(Section):
     # How many anchor groups each step: fixed (round(anchor_frac * m), the paper) or adaptive (from the
     # calibration's state, between min_anchor_groups and m; wmrl/anchor_rule.py, docs/calibration.md).
     anchor_rule: str = field(default="fixed", metadata=choice(ANCHOR_RULES))
+    # 0: the adaptive rule draws whole groups every step (ceil of its variance bound). G >= 1: its rate
+    # form: the bound as a rate (groups per step, fractions too), realised over steps by a carry, at
+    # least one anchor group in every G consecutive steps (with min_anchor_groups 0: steps without any).
+    anchor_max_gap: int = field(default=0, metadata=in_range(0))
     # Once the audit's flat_top check warns (the world model cannot rank the top scores): warn only;
     # shift (rho = w_max: the anchor stream weighs most); anchors_only (the step turns grpo_anchor_only).
     on_flat_world_model: str = field(default="warn", metadata=choice(FLAT_RESPONSES))
@@ -97,12 +101,28 @@ class AlgorithmConfig(Section):
     seed: int = 0
 
     def check_together(self, prefix: str) -> None:
-        if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1:
+        if self.anchor_max_gap and self.anchor_rule != "adaptive":
+            raise ConfigError(
+                f"{prefix}.anchor_max_gap={self.anchor_max_gap} is not allowed with "
+                f"{prefix}.anchor_rule={self.anchor_rule!r}: the gap bounds the adaptive rule's rate form; "
+                f"allowed: 0 with anchor_rule 'fixed', any integer >= 0 with anchor_rule 'adaptive'"
+            )
+        rate_form = self.anchor_rule == "adaptive" and self.anchor_max_gap >= 1
+        if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1 and not rate_form:
             raise ConfigError(
                 f"{prefix}.min_anchor_groups={self.min_anchor_groups} is not allowed with "
                 f"{prefix}.variant={self.variant!r}: it needs at least one anchor group every step "
                 "(paper §3.3), else a step with round(anchor_frac * groups_per_step) = 0 trains on the "
-                "world model alone; allowed: >= 1"
+                f"world model alone; allowed: >= 1, or 0 with {prefix}.anchor_rule=adaptive and "
+                f"{prefix}.anchor_max_gap >= 1 (at least one anchor group in every anchor_max_gap steps)"
+            )
+        if self.variant in ANCHORED_VARIANTS and self.min_anchor_groups < 1 \
+                and fixed_groups(self.groups_per_step, self.anchor_frac, 0) < 1:
+            raise ConfigError(
+                f"{prefix}.min_anchor_groups=0 with {prefix}.anchor_frac={self.anchor_frac:g} and "
+                f"{prefix}.groups_per_step={self.groups_per_step}: round(anchor_frac * groups_per_step) = 0, "
+                "so warm-up (and grpo_anchor_only) would draw no anchor group; allowed: min_anchor_groups >= 1, "
+                "or an anchor_frac with round(anchor_frac * groups_per_step) >= 1"
             )
         if self.min_anchor_groups > self.groups_per_step:
             raise ConfigError(

@@ -80,10 +80,11 @@ class LoopShell:
         """The next step's variant, anchor-group count (``algorithm.anchor_rule``) and anchor weight, from
         the calibration's state alone (so a resumed run plans the same step). Once the audit's flat_top
         check warns, ``algorithm.on_flat_world_model`` answers: ``shift`` weighs the anchor stream at
-        w_max, ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model)."""
+        w_max, ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model).
+        Pure: the rate form's carry moves when the step records the decision (``Calibrator.record_anchor``)."""
         alg, cal = self.alg, self.calibrator
         decision = decide(alg.anchor_rule, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups,
-                          alg.w_max, None if cal is None else cal.rule_inputs())
+                          alg.w_max, None if cal is None else cal.rule_inputs(), alg.anchor_max_gap)
         if cal is None or not cal.warned("flat_top") or alg.on_flat_world_model == "warn":
             return self.variant, decision, None
         if alg.on_flat_world_model == "shift":
@@ -91,7 +92,8 @@ class LoopShell:
         fixed = decide("fixed", alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, alg.w_max, None)
         return get_variant("grpo_anchor_only"), AnchorDecision(
             fixed.groups, "anchors_only", f"{fixed.groups} of {alg.groups_per_step} groups, anchors only: the "
-            "audit warned that the world model cannot rank the top scores (on_flat_world_model)"), None
+            "audit warned that the world model cannot rank the top scores (on_flat_world_model)",
+            carry=cal.anchor_carry), None  # the rate form's carry waits, as the rest of the state
 
     @property
     def calls_world_model(self) -> bool:

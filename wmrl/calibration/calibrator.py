@@ -86,6 +86,12 @@ class Calibrator:
         # next one is a pure function of the state above (rule_inputs), so a resume recomputes it exactly.
         self.anchor: AnchorDecision | None = None
         self.groups_per_step = 0  # m of the decision, for its fraction
+        # The rate form's carry (algorithm.anchor_max_gap >= 1): not a function of the pool, so it is saved
+        # with the snapshot, with the number of steps decided so far (the step it belongs to). Only once
+        # the rate form decided: the fixed rule's and the whole-group form's snapshots stay as they were.
+        self.anchor_carry = 0.0
+        self.anchor_decisions = 0
+        self.rate_form = False
         if self.directory is not None:
             self.save()  # the flags and the empty state: load() always finds a snapshot
 
@@ -154,7 +160,7 @@ class Calibrator:
         """What the anchor rule reads: eta2, eta2_cal, warm-up and the checks the latest audit flagged."""
         d = self.denoiser
         flagged = tuple(c for c, streak in sorted(self._audit_streaks.items()) if streak > 0)
-        return RuleInputs(self.warmed_up, d.eta2, d.eta2_cal, flagged)
+        return RuleInputs(self.warmed_up, d.eta2, d.eta2_cal, flagged, self.anchor_carry)
 
     def warned(self, check: str, persist: int | None = None) -> bool:
         """Whether ``check`` has flagged at ``persist`` consecutive audits (the audit's warning rule)."""
@@ -162,7 +168,10 @@ class Calibrator:
         return self._audit_streaks.get(check, 0) >= need
 
     def record_anchor(self, decision: AnchorDecision, groups_per_step: int) -> None:
+        """The decision a step is about to draw: shown until the next, and its carry is what the next reads."""
         self.anchor, self.groups_per_step = decision, groups_per_step
+        self.anchor_carry, self.anchor_decisions = decision.carry, self.anchor_decisions + 1
+        self.rate_form = self.rate_form or decision.rate is not None
 
     def snapshot(self) -> dict[str, float]:
         nan = float("nan")
@@ -179,11 +188,13 @@ class Calibrator:
         }
 
     def _anchor_metrics(self) -> dict[str, float]:
-        """``anchor/frac`` and ``anchor/reason`` (the index of the reason in REASONS: metrics are numbers)."""
+        """``anchor/frac`` and ``anchor/reason`` (the index of the reason in REASONS: metrics are numbers);
+        in the rate form also ``anchor/rate``, the share of the m groups the rule asks for on average."""
         if self.anchor is None or not self.groups_per_step:
             return {}
+        rate = {} if self.anchor.rate is None else {"anchor/rate": self.anchor.rate / self.groups_per_step}
         return {"anchor/frac": self.anchor.frac(self.groups_per_step),
-                "anchor/reason": float(REASONS.index(self.anchor.reason))}
+                "anchor/reason": float(REASONS.index(self.anchor.reason)), **rate}
 
     def audit(self, thresholds: AuditThresholds | None = None) -> AuditReport:
         """Assumption-6 audit of the pool (see wmrl/calibration/audit.py); logs its warnings.
@@ -230,10 +241,18 @@ class Calibrator:
             "prequential": self._prequential[len(self._prequential) - self.cfg.eta_window :],
             "anchor": None if self.anchor is None else {
                 "groups": self.anchor.groups, "reason": self.anchor.reason, "detail": self.anchor.detail,
-                "groups_per_step": self.groups_per_step},
+                "groups_per_step": self.groups_per_step, **self._rate_form_state()},
         }
+        if self.rate_form:
+            state.update(anchor_carry=self.anchor_carry, anchor_decisions=self.anchor_decisions)
         atomic_write_json(self.directory / STATE_NAME, state)
         self._unsaved = 0
+
+    def _rate_form_state(self) -> dict[str, float]:
+        """The rate form's part of the latest decision (none in the whole-group form and the fixed rule)."""
+        if self.anchor is None or self.anchor.rate is None:
+            return {}
+        return {"rate": self.anchor.rate, "carry": self.anchor.carry}
 
     @classmethod
     def load(cls, cfg: CalibrationSettings, directory: Path, *, step: int | None = None) -> Calibrator:
@@ -283,13 +302,32 @@ class Calibrator:
         cal._audit_streaks = dict(previous.get("streaks") or {}) if previous else {}
         if state.get("anchor"):  # the last decision, for display until the next step decides again
             a = state["anchor"]
-            cal.anchor = AnchorDecision(int(a["groups"]), str(a["reason"]), str(a["detail"]))
+            cal.anchor = AnchorDecision(int(a["groups"]), str(a["reason"]), str(a["detail"]),
+                                        None if a.get("rate") is None else float(a["rate"]),
+                                        float(a.get("carry", 0.0)))
             cal.groups_per_step = int(a["groups_per_step"])
+        cal.anchor_carry, cal.anchor_decisions = _anchor_carry(state, step, path)
+        cal.rate_form = "anchor_carry" in state
         cal.directory = directory
         cal.pool.attach(directory, records[-1][2] if records else 0)
         cal._unsaved = len(records) - done
         cal.audit_due = False  # due is what the next observe() says
         return cal
+
+
+def _anchor_carry(state: dict[str, Any], step: int | None, path: Path) -> tuple[float, int]:
+    """The rate form's carry and decision count from a snapshot, for a load as of ``step`` (None: its own).
+
+    The carry is exact when the snapshot was saved after step ``step`` (the coordinator saves one at
+    every step boundary and restores a checkpoint's copy); a snapshot of another step has another
+    step's carry, below one group either way: kept, with a warning (the running mean may then differ
+    from an uninterrupted run's by one group)."""
+    carry, decisions = float(state.get("anchor_carry", 0.0)), int(state.get("anchor_decisions", 0))
+    if step is not None and decisions and decisions != step + 1:
+        log.warning("%s: the anchor rule's carry is that after %d decided steps, not %d; kept", path,
+                    decisions, step + 1)
+        return carry, step + 1
+    return carry, decisions
 
 
 def read_audit(directory: Path) -> dict[str, Any] | None:

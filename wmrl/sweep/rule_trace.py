@@ -41,7 +41,8 @@ from wmrl.loop import LoopShell
 from wmrl.simulate.sweep import run_jobs
 
 # Settings of the rule (algorithm.*) that a fitted simulator carries over from the run.
-RULE_SETTINGS: tuple[str, ...] = ("anchor_rule", "anchor_frac", "min_anchor_groups", "on_flat_world_model", "w_max")
+RULE_SETTINGS: tuple[str, ...] = ("anchor_rule", "anchor_frac", "min_anchor_groups", "anchor_max_gap",
+                                 "on_flat_world_model", "w_max")
 
 
 @dataclass(frozen=True)
