@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wmrl.algorithm import (
+    anchor_mask,
     choose_anchor_groups,
-    executed_groups,
     get_variant,
     group_advantages,
     group_weights,
@@ -44,7 +44,7 @@ def test_unknown_variant_lists_the_allowed_ones() -> None:
 def test_variant_switches(name: str, debias: bool, denoise: bool, trains_on_wm: bool) -> None:
     v = get_variant(name)
     assert (v.debias, v.denoise, v.trains_on_wm) == (debias, denoise, trains_on_wm)
-    assert v.executes_all == (name == "grpo_real")
+    assert v.all_anchor == (name == "grpo_real")
     assert v.needs_anchors == (name != "pure_wm")
 
 
@@ -78,11 +78,11 @@ def test_choose_anchor_groups_rejects_bad_arguments(m: int, frac: float, minimum
         choose_anchor_groups(m, frac, minimum, np.random.default_rng(0))
 
 
-def test_executed_groups_per_variant() -> None:
+def test_anchor_mask_per_variant() -> None:
     rng = np.random.default_rng(0)
-    assert executed_groups(get_variant("grpo_real"), 8, 0.1, 1, rng).all()
-    assert not executed_groups(get_variant("pure_wm"), 8, 0.1, 1, rng).any()
-    assert executed_groups(get_variant("wmrl"), 8, 0.25, 1, rng).sum() == 2
+    assert anchor_mask(get_variant("grpo_real"), 8, 0.1, 1, rng).all()
+    assert not anchor_mask(get_variant("pure_wm"), 8, 0.1, 1, rng).any()
+    assert anchor_mask(get_variant("wmrl"), 8, 0.25, 1, rng).sum() == 2
 
 
 def test_group_advantages_subtract_the_group_mean() -> None:
@@ -154,7 +154,7 @@ def test_pure_wm_weights_are_equal() -> None:
 
 
 def test_anchor_only_variant_without_anchors_is_rejected() -> None:
-    with pytest.raises(ValueError, match="none was executed"):
+    with pytest.raises(ValueError, match="none was drawn"):
         group_weights(get_variant("grpo_anchor_only"), 1.0, np.zeros(8, dtype=bool))
 
 
@@ -166,7 +166,7 @@ def test_anchor_only_variant_without_anchors_is_rejected() -> None:
 )
 def test_group_weights_of_a_step_sum_to_one(name: str, rho: float, mask: list[bool]) -> None:
     variant = get_variant(name)
-    executed = np.ones(len(mask), dtype=bool) if variant.executes_all else np.array(mask)
+    executed = np.ones(len(mask), dtype=bool) if variant.all_anchor else np.array(mask)
     if not variant.needs_anchors:
         executed[:] = False
     if not variant.trains_on_wm and not executed.any():

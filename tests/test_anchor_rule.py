@@ -93,7 +93,7 @@ def _shell_run(tmp_path: Path, steps: int, *extra: str) -> tuple[LoopShell, list
         planned.append(shell.plan()[1].groups)
         done, _ = shell.step(step, task_pool=parts.task_ids, policy=parts.agent, executed_env=parts.execution,
                              world_model_env=parts.world_model, learner=parts.learner, rng=rng)
-        executed.append(int(done.executed.sum()))
+        executed.append(int(done.anchor.sum()))
     return shell, planned, executed
 
 

@@ -123,7 +123,7 @@ class ShellRun:
             self.planned.append(self.shell.plan()[1].groups)
             done, _ = self.shell.step(self.step_no, task_pool=p.task_ids, policy=p.agent, executed_env=p.execution,
                                       world_model_env=p.world_model, learner=p.learner, rng=self.rng)
-            assert int(done.executed.sum()) == self.planned[-1]
+            assert int(done.anchor.sum()) == self.planned[-1]
             self.step_no += 1
 
 

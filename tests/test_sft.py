@@ -217,7 +217,7 @@ def test_train_relaunch_of_a_pinned_run_does_not_build_the_default(tmp_path, mon
 
     launched: list[argparse.Namespace] = []
     monkeypatch.setattr(wmrl.cli.launch, "run", lambda args: launched.append(args) or 0)
-    monkeypatch.setattr(train, "initial_policy_path",
+    monkeypatch.setattr(train, "build_initial_policy",
                         lambda *a, **k: pytest.fail("the default was resolved for a pinned run"))
     run_dir = tmp_path / "runs" / "mine"
     run_dir.mkdir(parents=True)

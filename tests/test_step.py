@@ -103,8 +103,8 @@ def small_run(variant: str, *extra: str, **kw) -> Run:
 
 def test_wmrl_executes_only_the_anchor_groups():
     done = small_run("wmrl").step()
-    assert done.executed.sum() == 2  # round(0.25 * 8)
-    assert np.isnan(done.r[~done.executed]).all() and np.isfinite(done.r[done.executed]).all()
+    assert done.anchor.sum() == 2  # round(0.25 * 8)
+    assert np.isnan(done.r[~done.anchor]).all() and np.isfinite(done.r[done.anchor]).all()
     assert done.executions == 2 * 4
 
 
@@ -120,13 +120,13 @@ def test_wmrl_group_weights_sum_to_one_with_anchors_weighted_by_rho():
     for _ in range(4):  # past warm-up, so rho is estimated
         done = run.step()
     assert done.weights.sum() == pytest.approx(1.0)
-    assert done.weights[done.executed] == pytest.approx(done.rho / (done.rho * 2 + 6))
-    assert done.weights[~done.executed] == pytest.approx(1.0 / (done.rho * 2 + 6))
+    assert done.weights[done.anchor] == pytest.approx(done.rho / (done.rho * 2 + 6))
+    assert done.weights[~done.anchor] == pytest.approx(1.0 / (done.rho * 2 + 6))
 
 
 def test_grpo_real_executes_every_group_and_calls_no_world_model():
     done = small_run("grpo_real").step()
-    assert done.executed.all() and len(done.executed) == 8
+    assert done.anchor.all() and len(done.anchor) == 8
     assert np.isnan(done.r_hat).all() and done.wm_calls == 0
     assert done.executions == 8 * 4 and done.reused_executions == 0
 
@@ -150,7 +150,7 @@ def test_the_step_counts_the_executions_an_earlier_one_answered():
 
 def test_groups_a_variant_does_not_train_on_are_not_rolled_out():
     done = small_run("grpo_anchor_only").step()
-    assert len(done.groups) == 2 and done.executed.all()
+    assert len(done.groups) == 2 and done.anchor.all()
     assert done.weights.sum() == pytest.approx(1.0)
 
 
@@ -170,13 +170,13 @@ def test_a_dropped_anchor_group_records_no_pair():
     done = run.step()
     assert done.pairs == 4 and len(run.calibrator.pool) == 4  # only the complete anchor group
     assert {p.group_id for p in run.calibrator.pool.recent(8)} == {f"0/{int(g)}" for g in
-                                                                  np.flatnonzero(done.executed & ~done.dropped)}
+                                                                  np.flatnonzero(done.anchor & ~done.dropped)}
 
 
 def test_weights_with_a_dropped_anchor_group_count_only_the_trained_groups():
     run = small_run("wmrl", fail_execution=True)
     done = run.step()
-    assert done.weights[done.trained & ~done.executed] == pytest.approx(1.0 / (done.rho * 1 + 6))
+    assert done.weights[done.trained & ~done.anchor] == pytest.approx(1.0 / (done.rho * 1 + 6))
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if get_variant(v).trains_on_wm])
@@ -209,7 +209,7 @@ def test_min_anchor_groups_zero_is_a_config_error_naming_the_key(variant):
 def test_the_step_shows_the_audit_exactly_the_world_model_scores_it_trains_on():
     run = small_run("mixture")
     done = run.step()
-    wm_groups = done.trained & ~done.executed
+    wm_groups = done.trained & ~done.anchor
     assert len(run.calibrator.chased) == 1
     np.testing.assert_array_equal(run.calibrator.chased[0], done.r_hat[wm_groups])
 

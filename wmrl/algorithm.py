@@ -1,7 +1,7 @@
 """The pure algorithm layer of WMRL (paper §3), shared by every trainer.
 
 One step, top to bottom:
-  1. ``executed_groups``: which of the m groups are really executed (anchor groups G_E);
+  1. ``anchor_mask``: which of the m groups are really executed (anchor groups G_E);
   2. ``training_scores``: the score each trajectory trains on (true r on G_E; r_hat, or f_hat(r_hat)
      when debiasing, on the world-model groups G_WM);
   3. ``group_advantages``: A_i = r_i - mean_j r_j within each group (Eq. 1/2, no std division);
@@ -28,7 +28,7 @@ from wmrl.config_checks import ConfigError, Section, choice, in_range
 @dataclass(frozen=True)
 class Variant:
     name: str
-    executes_all: bool  # grpo_real: every group really executed
+    all_anchor: bool  # grpo_real: every group is an anchor group (really executed)
     trains_on_wm: bool  # world-model groups contribute to the gradient (False for grpo_real / grpo_anchor_only)
     needs_anchors: bool  # anchor groups are executed (False only for pure_wm)
     debias: bool  # world-model scores go through f_hat (Eq. 4)
@@ -36,7 +36,7 @@ class Variant:
 
 
 # fmt: off
-#                 name                executes_all trains_on_wm needs_anchors debias denoise
+#                 name                all_anchor trains_on_wm needs_anchors debias denoise
 _TABLE = [
     Variant("grpo_real",          True,        False,       True,         False, False),  # all executed (reference)
     Variant("grpo_anchor_only",   False,       False,       True,         False, False),  # anchors only
@@ -51,7 +51,7 @@ _VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}
 VARIANTS: tuple[str, ...] = tuple(_VARIANTS)
 # The variants whose anchor groups are drawn each step by anchor_frac (grpo_real executes every group,
 # pure_wm none): they need at least one anchor group per step (paper §3.3).
-ANCHORED_VARIANTS: tuple[str, ...] = tuple(v.name for v in _TABLE if v.needs_anchors and not v.executes_all)
+ANCHORED_VARIANTS: tuple[str, ...] = tuple(v.name for v in _TABLE if v.needs_anchors and not v.all_anchor)
 
 
 def get_variant(name: str) -> Variant:
@@ -151,13 +151,13 @@ def _random_mask(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return mask
 
 
-def executed_groups(
+def anchor_mask(
     variant: Variant, m: int, anchor_frac: float, min_anchor_groups: int, rng: np.random.Generator,
     n_anchor: int | None = None,
 ) -> np.ndarray:
     """The groups a variant really executes this step: all (grpo_real), none (pure_wm) or the anchors;
     ``n_anchor``: how many anchors (the adaptive rule's count), else round(anchor_frac * m)."""
-    if variant.executes_all:
+    if variant.all_anchor:
         return np.ones(m, dtype=bool)
     if not variant.needs_anchors:
         return np.zeros(m, dtype=bool)
@@ -206,18 +206,18 @@ def training_scores(
     variant: Variant,
     predicted: np.ndarray,
     true: np.ndarray,
-    executed: np.ndarray,
+    anchor: np.ndarray,
     calibrate: Callable[[np.ndarray], np.ndarray],
 ) -> np.ndarray:
-    """(m, n) scores to train on: true r on executed groups, r_hat or f_hat(r_hat) (Eq. 4) elsewhere.
+    """(m, n) scores to train on: true r on anchor groups, r_hat or f_hat(r_hat) (Eq. 4) elsewhere.
 
-    ``true`` is only read on executed groups (other rows may hold NaN); ``predicted`` only elsewhere.
+    ``true`` is only read on anchor groups (other rows may hold NaN); ``predicted`` only elsewhere.
     """
-    executed = np.asarray(executed, dtype=bool)
+    anchor = np.asarray(anchor, dtype=bool)
     out = np.empty(np.shape(predicted), dtype=np.float64)
-    if executed.any():
-        out[executed] = check_groups("true scores of executed groups", np.asarray(true)[executed])
-    wm = ~executed
+    if anchor.any():
+        out[anchor] = check_groups("true scores of anchor groups", np.asarray(true)[anchor])
+    wm = ~anchor
     if wm.any():
         r_hat = check_groups("world-model scores", np.asarray(predicted)[wm])
         out[wm] = calibrate(r_hat) if variant.debias else r_hat
@@ -239,22 +239,22 @@ def stream_weights(rho: float, n_anchor_groups: int, n_wm_groups: int) -> tuple[
     return rho / denom, 1.0 / denom
 
 
-def group_weights(variant: Variant, rho: float, executed: np.ndarray) -> np.ndarray:
+def group_weights(variant: Variant, rho: float, anchor: np.ndarray) -> np.ndarray:
     """Per-group loss weights (m,) of one step; they sum to one.
 
     Groups a variant does not train on (world-model groups of grpo_real/grpo_anchor_only) get 0;
     rho is used only by the denoising variants (else 1, i.e. equal weights 1/#trained groups).
     """
-    executed = np.asarray(executed, dtype=bool)
-    if executed.ndim != 1 or executed.size == 0:
+    anchor = np.asarray(anchor, dtype=bool)
+    if anchor.ndim != 1 or anchor.size == 0:
         raise ValueError(
-            f"executed must be a non-empty 1-D mask of groups; got shape {executed.shape}"
+            f"anchor must be a non-empty 1-D mask of groups; got shape {anchor.shape}"
         )
-    n_e = int(executed.sum())
-    n_wm = int(executed.size - n_e) if variant.trains_on_wm else 0
+    n_e = int(anchor.sum())
+    n_wm = int(anchor.size - n_e) if variant.trains_on_wm else 0
     if n_e + n_wm == 0:
         raise ValueError(
-            f"variant {variant.name!r} trains on executed groups only, but none was executed this step"
+            f"variant {variant.name!r} trains on anchor groups only, but none was drawn this step"
         )
     w_e, w_wm = stream_weights(rho if variant.denoise else 1.0, n_e, n_wm)
-    return np.where(executed, w_e, w_wm if variant.trains_on_wm else 0.0)
+    return np.where(anchor, w_e, w_wm if variant.trains_on_wm else 0.0)

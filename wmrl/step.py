@@ -35,7 +35,7 @@ import numpy as np
 from wmrl.algorithm import (
     AlgorithmConfig,
     Variant,
-    executed_groups,
+    anchor_mask,
     group_advantages,
     group_weights,
     training_scores,
@@ -70,10 +70,10 @@ class StepResult:
     step: int
     task_ids: list[str]
     groups: Groups
-    executed: np.ndarray  # (G,) anchor groups (really executed), before failures
+    anchor: np.ndarray  # (G,) anchor groups (really executed), before failures
     dropped: np.ndarray  # (G,) groups with an infrastructure failure: not trained this step
     trained: np.ndarray  # (G,) groups with weight > 0
-    r: np.ndarray  # (G, n) true scores of executed groups (NaN elsewhere / on failures)
+    r: np.ndarray  # (G, n) true scores of anchor groups (NaN elsewhere / on failures)
     r_hat: np.ndarray  # (G, n) world-model scores (NaN where none)
     scores: np.ndarray  # (G, n) training scores (r, r_hat or f_hat(r_hat)); NaN on untrained groups
     advantages: np.ndarray  # (G, n) Eq. 1/2; 0 on untrained groups
@@ -122,25 +122,25 @@ def wmrl_step(
     _check_arguments(variant, alg, executed_env, world_model_env)
     n = alg.group_size
     # 1. roles: which of the m groups are anchor groups G_E (really executed), the rest G_WM
-    executed = executed_groups(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng, n_anchor)
+    anchor = anchor_mask(variant, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, rng, n_anchor)
     if not variant.trains_on_wm:
-        executed = executed[executed]  # grpo_real / grpo_anchor_only: only executed groups exist
-    g = len(executed)
+        anchor = anchor[anchor]  # grpo_real / grpo_anchor_only: only anchor groups exist
+    g = len(anchor)
     # 2. tasks: one per group
     task_ids = [task_pool[int(k)] for k in rng.choice(len(task_pool), size=g, replace=g > len(task_pool))]
     # 3. rollouts: every turn of an anchor group is executed, of a world-model group predicted
-    envs = [executed_env if e else world_model_env for e in executed]
+    envs = [executed_env if e else world_model_env for e in anchor]
     groups = policy.rollout(step, task_ids, n, envs, rng)  # type: ignore[arg-type]
     # 4. anchor pairs: the world model also scores each anchor trajectory's final solution
-    if world_model_env is not None and executed.any():
-        pair_calls = _score_anchor_pairs(step, groups, executed, world_model_env)
+    if world_model_env is not None and anchor.any():
+        pair_calls = _score_anchor_pairs(step, groups, anchor, world_model_env)
     else:
         pair_calls = PairCalls()
-    r, r_hat = _score_arrays(groups, executed)
+    r, r_hat = _score_arrays(groups, anchor)
     dropped = np.array([any(t.score is None for t in group) for group in groups], dtype=bool)
     # 5. calibration: observe the complete anchor groups' pairs (r_hat, r); refit f_hat when due
     #    (Eq. 4); eta^2 and rho (Eq. 5)
-    pairs = anchor_pairs(step, task_ids, executed & ~dropped, r_hat, r) if calibrator is not None else []
+    pairs = anchor_pairs(step, task_ids, anchor & ~dropped, r_hat, r) if calibrator is not None else []
     refitted = False
     if calibrator is not None and pairs:
         refits = calibrator.debiaser.n_refits
@@ -149,33 +149,33 @@ def wmrl_step(
     if rho is None:
         rho = calibrator.rho if calibrator is not None else 1.0
     # 6. training scores: r on G_E, f_hat(r_hat) (debiasing, Eq. 4) or r_hat on G_WM
-    trained = ~dropped & (executed | variant.trains_on_wm)
+    trained = ~dropped & (anchor | variant.trains_on_wm)
     scores = np.full((g, n), np.nan)
     advantages = np.zeros((g, n))
     weights = np.zeros(g)
     updated = bool(trained.any())
     if updated:
         calibrate: Callable[[np.ndarray], np.ndarray] = calibrator.calibrate if calibrator else (lambda x: x)
-        wm_trained = trained & ~executed
+        wm_trained = trained & ~anchor
         if calibrator is not None and wm_trained.any():
             calibrator.record_chased(r_hat[wm_trained])  # what GRPO chases: the audit's coverage check
-        scores[trained] = training_scores(variant, r_hat[trained], r[trained], executed[trained], calibrate)
+        scores[trained] = training_scores(variant, r_hat[trained], r[trained], anchor[trained], calibrate)
         # 7. advantages A_i = r_i - mean_j r_j within each group (Eq. 1/2)
         advantages[trained] = group_advantages(scores[trained])
         # 8. per-group weights rho/(rho|G_E|+|G_WM|) and 1/(rho|G_E|+|G_WM|) over trained groups (Eq. 5)
-        weights[trained] = group_weights(variant, rho, executed[trained])
+        weights[trained] = group_weights(variant, rho, anchor[trained])
     # 9. update on the fused gradient
     started = time.perf_counter()
     learner_metrics = learner.update(groups, advantages, weights) if updated else {}
     update_seconds = time.perf_counter() - started
-    executed_subs = [fb for gi, group in enumerate(groups) if executed[gi] for t in group for fb in _feedbacks(t)]
-    wm_subs = sum(len(_feedbacks(t)) for gi, group in enumerate(groups) if not executed[gi] for t in group)
+    anchor_subs = [fb for gi, group in enumerate(groups) if anchor[gi] for t in group for fb in _feedbacks(t)]
+    wm_subs = sum(len(_feedbacks(t)) for gi, group in enumerate(groups) if not anchor[gi] for t in group)
     return StepResult(
-        step=step, task_ids=task_ids, groups=groups, executed=executed, dropped=dropped, trained=trained,
+        step=step, task_ids=task_ids, groups=groups, anchor=anchor, dropped=dropped, trained=trained,
         r=r, r_hat=r_hat, scores=scores, advantages=advantages, weights=weights, rho=rho, pairs=len(pairs),
-        refitted=refitted, updated=updated, executions=len(executed_subs),
-        failed_executions=sum(fb.score is None for fb in executed_subs), wm_calls=wm_subs + pair_calls.calls,
-        reused_executions=sum("reused" in fb.details and fb.score is not None for fb in executed_subs),
+        refitted=refitted, updated=updated, executions=len(anchor_subs),
+        failed_executions=sum(fb.score is None for fb in anchor_subs), wm_calls=wm_subs + pair_calls.calls,
+        reused_executions=sum("reused" in fb.details and fb.score is not None for fb in anchor_subs),
         **_phase_totals(groups, pair_calls, update_seconds), learner=learner_metrics,
     )
 
@@ -199,14 +199,14 @@ def _feedbacks(t: Trajectory) -> list[Feedback]:
     return [turn.feedback for turn in t.turns if turn.feedback is not None and turn.feedback.status != "no_code"]
 
 
-def _score_arrays(groups: Groups, executed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _score_arrays(groups: Groups, anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(G, n) r and r_hat, read from the trajectories' scores (:class:`~wmrl.rollout.Trajectory`); NaN where
     there is none (an infrastructure failure, a failed pair call, r on a world-model group)."""
     shape = (len(groups), len(groups[0]) if groups else 0)
     r, r_hat = np.full(shape, np.nan), np.full(shape, np.nan)
     for gi, group in enumerate(groups):
         for t in group:
-            true, predicted = (t.score, t.pair_score) if executed[gi] else (None, t.score)
+            true, predicted = (t.score, t.pair_score) if anchor[gi] else (None, t.score)
             r[gi, t.index] = np.nan if true is None else true
             r_hat[gi, t.index] = np.nan if predicted is None else predicted
     return r, r_hat
@@ -221,14 +221,14 @@ class PairCalls:
     tokens: int = 0
 
 
-def _score_anchor_pairs(step: int, groups: Groups, executed: np.ndarray, world_model_env: Environment) -> PairCalls:
+def _score_anchor_pairs(step: int, groups: Groups, anchor: np.ndarray, world_model_env: Environment) -> PairCalls:
     """Every anchor trajectory's ``pair_score``: the world model's r_hat of its final solution, in one batch.
 
     A trajectory without code scores 0 on both sides (an invalid or missing submission is 0), so it
     gets r_hat = 0 without a call; a failed world-model call leaves it None (the group records no pair).
     """
     todo: list[tuple[Trajectory, Submission]] = []
-    for gi in np.flatnonzero(executed):
+    for gi in np.flatnonzero(anchor):
         for t in groups[gi]:
             if t.final_code is None:
                 t.pair_score = 0.0

@@ -149,7 +149,7 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
         done, _ = shell.step(step, task_pool=parts.task_ids, policy=parts.agent, executed_env=parts.execution,
                              world_model_env=wm, learner=parts.learner, rng=rng)
         meter.charge(executions=done.executions, wm_calls=done.wm_calls,
-                     trajectories=done.executed.size * alg.group_size, updates=1)
+                     trajectories=done.anchor.size * alg.group_size, updates=1)
         score = bench.score(policy.probs())
         if result.target_step is None and score >= sim.target_score:
             result.target_step, result.target_executions = step + 1, meter.executions
@@ -163,7 +163,7 @@ def train(cfg: TestbedRunConfig, variant_name: str, seed: int, pool_root: Path |
                 ("n_pairs", snap.get("n_pairs", 0)),
                 # the share of the m groups really executed this step (the anchor rule's choice) and why
                 # (the index in REASONS, as the metric anchor/reason of the other trainers)
-                ("anchor_frac", int(done.executed.sum()) / alg.groups_per_step),
+                ("anchor_frac", int(done.anchor.sum()) / alg.groups_per_step),
                 ("anchor_reason", REASONS.index(done.anchor_reason)),
             ):
                 result.history[key].append(float("nan") if value is None else float(value))

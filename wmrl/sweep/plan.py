@@ -47,7 +47,7 @@ def grid(cfg: WMRLConfig, variants: Sequence[str], anchor_fracs: Sequence[float]
     out = []
     for name in variants:
         v = get_variant(name)
-        fracs = anchor_fracs if v.needs_anchors and not v.executes_all else (alg.anchor_frac,)
+        fracs = anchor_fracs if v.needs_anchors and not v.all_anchor else (alg.anchor_frac,)
         maxes = w_maxes if v.denoise else (alg.w_max,)
         out += [Setting(name, float(a), float(w)) for a in fracs for w in maxes]
     return out

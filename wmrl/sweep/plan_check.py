@@ -36,7 +36,7 @@ class Row:
 
 def _key(variant: str, anchor_frac: float, w_max: float) -> tuple[str, float | None, float | None]:
     v = get_variant(variant)
-    return (variant, round(anchor_frac, 6) if v.needs_anchors and not v.executes_all else None,
+    return (variant, round(anchor_frac, 6) if v.needs_anchors and not v.all_anchor else None,
             round(w_max, 6) if v.denoise else None)
 
 

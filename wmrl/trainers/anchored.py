@@ -135,7 +135,7 @@ class AnchoredSimTrainer:
         known = np.where(np.isnan(self.table.known), 0.0, self.table.known)
         expected = float(np.nansum(known * probs, axis=1).mean())
         rows = [[known[self.agent.task_index[t.task_id], t.payload] for t in group] for group in done.groups]
-        anchors = done.executed & ~done.dropped
+        anchors = done.anchor & ~done.dropped
         snap = self.calibrator.snapshot() if self.calibrator is not None else {}
         out = {
             "expected_known_score": expected,

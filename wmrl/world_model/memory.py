@@ -180,12 +180,12 @@ class ExecutedMemory:
 # ---------------------------------------------------------------- online: the run's anchors join the memory
 
 
-def executed_solutions(groups: Groups, executed: Sequence[bool]) -> list[Executed]:
-    """Every submission of the executed (anchor) groups that got a real score, from its turns' feedback
-    (an infrastructure failure, score None, says nothing about the code and is left out)."""
+def executed_solutions(groups: Groups, anchor: Sequence[bool]) -> list[Executed]:
+    """Every submission of the anchor groups (really executed) that got a real score, from its turns'
+    feedback (an infrastructure failure, score None, says nothing about the code and is left out)."""
     out = []
-    for group, was_executed in zip(groups, executed, strict=True):
-        if not was_executed:
+    for group, is_anchor in zip(groups, anchor, strict=True):
+        if not is_anchor:
             continue
         for trajectory in group:
             for turn in trajectory.turns:

@@ -79,11 +79,11 @@ class LLMTrainer:
         started = time.perf_counter()
         memory = self.world_model.memory if self.world_model is not None else None
         if memory is not None and self.cfg.world_model.memory_online:  # after the step: its r_hat never saw them
-            anchors = executed_solutions(done.groups, (done.executed & ~done.dropped).tolist())
+            anchors = executed_solutions(done.groups, (done.anchor & ~done.dropped).tolist())
             self._memory_log.append(self.step, anchors)
             memory.add(anchors)
         write_rollouts(self.run_dir.path, self.step, done.groups,
-                       {"executed": done.executed.tolist(), "dropped": done.dropped.tolist(),
+                       {"anchor": done.anchor.tolist(), "dropped": done.dropped.tolist(),
                         "weights": done.weights.tolist(), "rho": done.rho})
         io_seconds = time.perf_counter() - started
         self.totals.charge(done, {"weight_sync": sync_seconds, "io": io_seconds})
@@ -130,8 +130,8 @@ class LLMTrainer:
         log.info("evaluation %s (%s, step %d): %.4f\n%s", label, split, self.step, report.score, report.table())
 
     def _metrics(self, done: StepResult, sync_seconds: float, io_seconds: float) -> dict[str, float]:
-        anchors = done.executed & ~done.dropped
-        wm_groups = ~done.executed & ~done.dropped
+        anchors = done.anchor & ~done.dropped
+        wm_groups = ~done.anchor & ~done.dropped
         calibrated = done.scores[wm_groups] if wm_groups.any() else np.array([])
         snap = self.calibrator.snapshot() if self.calibrator is not None else {}
         generated = [len(turn.generated_ids) for g in done.groups for t in g for turn in t.turns]
