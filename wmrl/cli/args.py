@@ -31,6 +31,12 @@ def add_command(subparsers: Any, name: str, help: str, doc: str | None) -> argpa
     return subparsers.add_parser(name, help=help, description=doc.splitlines()[0] if doc else None)
 
 
+def add_config_args(parser: argparse.ArgumentParser, config: str = "YAML config") -> None:
+    """The ``[CONFIG] [key=value ...]`` arguments of a command (read back by :func:`split_config_args`);
+    ``config`` says what the config file is (and its default)."""
+    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help=f"{config}, then overrides")
+
+
 def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     """``[CONFIG] [key=value ...]``: the first argument is the config file unless it is an override."""
     config = None

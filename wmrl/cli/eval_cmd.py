@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import add_command, split_config_args
+from wmrl.cli.args import add_command, add_config_args, split_config_args
 from wmrl.config import ConfigError, load_config
 from wmrl.configs import TINY_CONFIG
 from wmrl.evaluation import evaluate_split
@@ -41,8 +41,7 @@ def register(subparsers: Any) -> None:
         subparsers, "eval", "avg@k of a model or a run's checkpoint, really executed",
         __doc__)
     parser.add_argument("target", metavar="MODEL_OR_RUN", help="a run directory or a Hugging Face model directory")
-    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
-                        help="for a model directory: YAML config (default: the tiny default), then overrides")
+    add_config_args(parser, "for a model directory: YAML config (default: the tiny default)")
     parser.add_argument("--pool", choices=("heldout", "train"), default="heldout", help="which split to evaluate")
     parser.add_argument("--k", type=int, default=None, help="trajectories per task (default: train.eval_k)")
     parser.add_argument("--step", type=int, default=None,

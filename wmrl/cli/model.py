@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import split_config_args
+from wmrl.cli.args import add_config_args, split_config_args
 from wmrl.config import load_config
 from wmrl.models.init import ensure_tiny_model
 
@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("model", help="build the tiny default model (wmrl model init)")
     sub = parser.add_subparsers(dest="model_command", required=True, metavar="ACTION")
     init = sub.add_parser("init", help="tiny Qwen3 + byte-level BPE trained on the pool, as an HF directory")
-    init.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config, then overrides")
+    add_config_args(init)
     init.add_argument("--out", default=None, help="output directory (default: the cache, by content hash)")
     parser.set_defaults(func=run)
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import IntermixedParser, split_config_args
+from wmrl.cli.args import IntermixedParser, add_config_args, split_config_args
 from wmrl.config import load_config
 from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
 from wmrl.models.cache import MARKER
@@ -24,7 +24,7 @@ from wmrl.sft.pipeline import sft_default_model
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sft", help="supervised warm start: agent replies + world-model JSON")
     parser.__class__ = IntermixedParser  # overrides may follow the options
-    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config (default: wmrl train's tiny.yaml), then overrides")
+    add_config_args(parser, "YAML config (default: wmrl train's tiny.yaml)")
     parser.add_argument("--base", default=None, help="local HF model to train (default: the tiny model, built)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)

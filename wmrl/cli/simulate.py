@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wmrl.cli.args import IntermixedParser, split_config_args
+from wmrl.cli.args import IntermixedParser, add_config_args, split_config_args
 from wmrl.config import VARIANTS, ConfigError, WMRLConfig, load_config, to_flat_dict
 from wmrl.io import atomic_write_text, json_safe
 from wmrl.simulate.scenarios import SCENARIOS, get_scenario
@@ -29,7 +29,7 @@ RUNS = "runs"  # OUT/runs/VARIANT-seedSEED: one directory per (variant, seed)
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("simulate", help="synthetic WMRL testbed: variants x seeds, table and plots")
     p.__class__ = IntermixedParser  # the dispatcher builds plain parsers; this one takes overrides anywhere
-    p.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML config, then overrides")
+    add_config_args(p)
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: all 7)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5; with --from-run 3)")
     p.add_argument(

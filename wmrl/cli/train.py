@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.cli import launch
-from wmrl.cli.args import IntermixedParser, add_command, split_config_args
+from wmrl.cli.args import IntermixedParser, add_command, add_config_args, split_config_args
 from wmrl.config import ConfigError, load_config
 from wmrl.configs import TINY_CONFIG as DEFAULT_CONFIG
 from wmrl.sft.pipeline import INITIAL_POLICY
@@ -28,8 +28,7 @@ def register(subparsers: Any) -> None:
         subparsers, "train", "train an LLM research agent with WMRL (default: the tiny CPU agent)",
         __doc__)
     parser.__class__ = IntermixedParser  # options and key=value overrides in any order
-    parser.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
-                        help=f"YAML config (default {DEFAULT_CONFIG.name}, packaged with wmrl), then overrides")
+    add_config_args(parser, f"YAML config (default {DEFAULT_CONFIG.name}, packaged with wmrl)")
     parser.add_argument("--wait", action="store_true", help="slurm: block until the run has ended")
     parser.add_argument("--every", type=float, default=15.0, metavar="S", help="status interval of --wait")
     parser.add_argument("--resume", action="store_true", help="continue a cancelled run from its checkpoint")
