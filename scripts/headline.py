@@ -18,6 +18,12 @@ phase). Writes ``OUT/headline.json`` and ``OUT/headline.md``:
   power at true differences of 0.05 and 0.10 with the observed sd of the paired differences, and the
   seeds 80% power would need.
 - ``sentence``: the README's headline sentence (``scripts/readme_numbers.py`` copies it in).
+- the held-out tasks (the paper's metric; issue 35's transfer testbed, ``configs/tiny-transfer.yaml``):
+  ``pool`` (its name and how many training and held-out tasks the runs evaluated), per variant the
+  held-out score before and after (``heldout_before_mean``, ``heldout_after_mean`` ± ``heldout_after_se``)
+  and the gain after - before paired by seed (``heldout_paired_gain_ci95``), and the share of distinct
+  (task, code) among the executions (``distinct_code_share``, as ``scripts/execution_repeats.py`` counts
+  them; the top-level one is grpo_real's, which executes every trajectory).
 
 Runs whose memory was built by a wmrl that did not record the samples' draw yet: move the build's cached
 samples aside (``~/.cache/wmrl/policy_samples/<key>.json``, the newest, with no ``<key>.cost.json``
@@ -43,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_learning: the readers of a sweep's runs
 
+import execution_repeats
 import train_learning as tl
 
 from wmrl.simulate.report import mean_se
@@ -60,9 +67,38 @@ def final_train_score(run: Path) -> float:
     return float(tl.read_evals(run)[("after", "train")]["sample_mean"])
 
 
-def final_heldout_score(run: Path) -> float | None:
-    e = tl.read_evals(run).get(("after", "heldout"))
+def heldout_score(run: Path, label: str = "after") -> float | None:
+    """The held-out score of the run's evaluation ``label`` (``before`` step 0, ``after`` the last)."""
+    e = tl.read_evals(run).get((label, "heldout"))
     return None if e is None else float(e["sample_mean"])
+
+
+def evaluated_tasks(run: Path, split: str) -> int:
+    """How many tasks of ``split`` the run's last evaluation scored (all of them unless train.eval_tasks)."""
+    e = tl.read_evals(run).get(("after", split))
+    return 0 if e is None else len(e["tasks"])
+
+
+def distinct_code_share(runs: list[Path]) -> float | None:
+    """Distinct (task, code) among the runs' executions, each run counted on its own (a code two runs both
+    executed counts in each); None without rollout records."""
+    counts = [execution_repeats.repeats(run) for run in runs]
+    executions = sum(c["executions"] for c in counts)
+    return sum(c["distinct"] for c in counts) / executions if executions else None
+
+
+def heldout_summary(runs: list[Path], seeds: list[int]) -> dict[str, Any]:
+    """The held-out score before and after, and the gain paired by seed (the same run before and after)."""
+    before = dict(zip(seeds, (heldout_score(r, "before") for r in runs)))
+    after = dict(zip(seeds, (heldout_score(r) for r in runs)))
+    before = {s: v for s, v in before.items() if v is not None}
+    after = {s: v for s, v in after.items() if v is not None}
+    (after_mean, after_se), gain = mean_se(list(after.values())), paired(before, after)
+    return {"heldout_before_mean": mean_se(list(before.values()))[0] if before else None,
+            "heldout_after_mean": after_mean if after else None, "heldout_after_se": after_se if after else None,
+            "heldout_before_per_seed": [before.get(s) for s in seeds],
+            "heldout_after_per_seed": [after.get(s) for s in seeds],
+            "heldout_paired_gain_mean": gain.mean, "heldout_paired_gain_ci95": list(gain.ci95)}
 
 
 def memory_build_hours(runs: list[Path], record: Path | None) -> tuple[float, dict[str, Any]]:
@@ -88,10 +124,11 @@ def variant_summary(runs: list[Path], one_time_hours: float) -> dict[str, Any]:
     seeds = [int(tl.run_config(r)["algorithm"]["seed"]) for r in runs]
     scores = [final_train_score(r) for r in runs]
     hours = [tl.cost_curve(r)[0] for r in runs]
-    heldout = [h for h in map(final_heldout_score, runs) if h is not None]
     (score, score_se), (run_hours, run_hours_se) = mean_se(scores), mean_se(hours)
+    heldout = heldout_summary(runs, seeds)
     return {"seeds": seeds, "score_mean": score, "score_se": score_se, "score_per_seed": scores,
-            "heldout_score_mean": mean_se(heldout)[0] if heldout else None,
+            "heldout_score_mean": heldout["heldout_after_mean"], **heldout,
+            "distinct_code_share": distinct_code_share(runs),
             "steps": int(tl.run_config(runs[0])["train"]["steps"]),
             "run_cpu_hours_mean": run_hours, "run_cpu_hours_se": run_hours_se, "run_cpu_hours_per_seed": hours,
             "one_time_cpu_hours": one_time_hours,
@@ -133,7 +170,12 @@ def headline(sweep: Path, memory_record: Path | None = None, one_time: tuple[flo
               "pairs": diff.n, "sd_paired_diff": diff.sd,
               "power": {f"{d:.2f}": power(d, diff.sd, diff.n) for d in POWER_AT},
               f"pairs_for_{TARGET_POWER:.0%}_power": {f"{d:.2f}": pairs_for_power(d, diff.sd) for d in POWER_AT}}
-    out = {"reuse_executions": True, "sweep": sweep.name, "initial_policy": starts.pop(),
+    first = runs[REFERENCE][0]
+    pool = {"name": tl.run_config(first)["tasks"].get("pool", "builtin"),
+            "train_tasks": evaluated_tasks(first, "train"), "heldout_tasks": evaluated_tasks(first, "heldout")}
+    out = {"reuse_executions": True, "sweep": sweep.name, "initial_policy": starts.pop(), "pool": pool,
+           "distinct_code_share": ref["distinct_code_share"],
+           "distinct_code_share_of": f"{REFERENCE}'s executions (every trajectory of its runs executed)",
            "score": "training-task score after the last step: mean over the evaluated samples (tasks x k), really "
                     "executed; mean ± standard error over seeds",
            "cost": "CPU-hours: the measured seconds of every phase / 3600 (one torch thread per run)",
@@ -150,6 +192,10 @@ def headline(sweep: Path, memory_record: Path | None = None, one_time: tuple[flo
 
 def _pct(x: float) -> str:
     return f"{x:.0%}"
+
+
+def _number(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def sentence(h: dict[str, Any]) -> str:
@@ -191,10 +237,22 @@ def markdown(h: dict[str, Any], command: str) -> str:
                      + "shared, charged to neither.")
     power_line = (f"The design's power ({design['test']}, alpha {design['alpha']}, the observed sd of the paired "
                   "differences):")
+    pool = h["pool"]
+    heldout_rows = [(f"Held-out tasks ({pool['heldout_tasks']} of the `{pool['name']}` pool; {pool['train_tasks']} "
+                     "training tasks): score before -> after (mean ± s.e.), gain after - before paired by seed "
+                     "(95% t-interval), share of distinct codes among the executions:"), "",
+                    "| variant | held-out before | held-out after | paired gain, 95% CI | distinct codes |",
+                    "|---|---|---|---|---|"]
+    for name, v in ((REFERENCE, ref), (CANDIDATE, cand)):
+        glo, ghi = v["heldout_paired_gain_ci95"]
+        share = v["distinct_code_share"]
+        heldout_rows.append(f"| {name} | {_number(v['heldout_before_mean'])} | {_number(v['heldout_after_mean'])} ± "
+                            f"{_number(v['heldout_after_se'])} | [{glo:+.3f}, {ghi:+.3f}] | "
+                            f"{'-' if share is None else _pct(share)} |")
     return "\n".join([
         "# The headline: wmrl against grpo_real, both reusing executions", "",
         f"Report: `{command}`. {h['score']}. {h['cost']}.", "",
-        *rows, "", paired_line, "", cost_line, "", one_time_line, "", power_line, "",
+        *rows, "", paired_line, "", cost_line, "", one_time_line, "", *heldout_rows, "", power_line, "",
         f"| true difference | power with {design['pairs']} pairs | pairs for {TARGET_POWER:.0%} power |", "|---|---|---|",
         *power_rows, "",
         "Headline sentence (README): " + h["sentence"], ""])

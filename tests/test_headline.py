@@ -16,9 +16,9 @@ from wmrl.configs import TINY_CONFIG
 from wmrl.evaluation import EvalReport, TaskScore
 from wmrl.io import append_line_durable
 from wmrl.models.cache import MARKER
+from wmrl.sft.pipeline import pinned_initial_policy
 from wmrl.storage.metrics_log import MetricsLog
 from wmrl.storage.rundir import create_run_dir
-from wmrl.sft.pipeline import pinned_initial_policy
 from wmrl.trainers.llm.names import EVALS, MEMORY_BUILD
 
 

@@ -12,13 +12,17 @@ Mutations (each applies only where its anchor line exists; the outcome, not the 
 wrong_column        the target column or one feature name misspelt (KeyError)
 missing_import      the model's ``from sklearn... import`` line removed (NameError)
 not_installed       ``import lightgbm as lgb`` added (missing where the sandbox lacks it)
-wrong_file          ``test.csv`` read as ``test_data.csv`` (FileNotFoundError)
+wrong_file          the test file misnamed: ``test.csv`` read as ``test_data.csv``, any other name
+                    (``test_features.csv``) as ``test.csv`` (FileNotFoundError)
 crash               the training labels or test features cut short (ValueError at fit/predict)
-invalid_submission  the submission frame without its first row, or its ``id`` column renamed
+invalid_submission  the submission frame without its first row, or its id column renamed
 foreign_target      the submission's target column named as another task's (``"positive"`` for
                     ``"topic"``): the agent's own mistake, not in the SFT recipe (see below)
 policy_sample       not a mutation: a solution the SFT policy wrote (``wmrl.world_model_data.examples.policy_samples``)
 ==================  =====================================================================
+
+The file and column a mistake misnames are the task's own (:func:`solution_names`): the task families
+vary the test file's name and the id column (``unlabeled_test.csv``, ``row_id``).
 
 ``AGENT_MISTAKES`` are kinds mined from the rollout records of the tiny sweep (every executed
 trajectory of its six runs, tallied by error): 262 of its 299 failures are certain to the static
@@ -36,6 +40,7 @@ the world model's evaluation takes other ones (``benchmarks/eval_world_model.py`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from wmrl.execution.outcome import execute_and_grade
 from wmrl.io import atomic_write_json
@@ -61,7 +67,6 @@ _TARGET_NAMES = ("target", "positive", "topic", "digit", "malignant", "label", "
 _TARGET = re.compile(r'^(y_train = train\[")([^"]+)("\].*)$', re.MULTILINE)
 _FEATURES = re.compile(r"^FEATURES = \[('[^']+')", re.MULTILINE)
 _MODEL_IMPORT = re.compile(r"^from sklearn\.\w+(\.\w+)? import .*\n", re.MULTILINE)
-_SUBMIT = re.compile(r'^(pd\.DataFrame\(\{"id": test_ids, [^}]+\}\))(\.to_csv\(SUBMISSION_PATH.*)$', re.MULTILINE)
 # The built-in pool's bookkeeping docstring, first line of every reference: its name, task and, for some,
 # "(deliberately weak)", a label the agent never writes (wmrl/tasks/builtin/refcode.py, HEADER).
 _HEADER = re.compile(r'^"""Reference solution .*"""\n', re.MULTILINE)
@@ -103,6 +108,46 @@ class Outcome:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SolutionNames:
+    """The task's names that the mistakes misspell: the test file a solution reads, the submission's id column."""
+
+    test_file: str = "test.csv"
+    id_column: str = "id"
+
+
+def solution_names(task: Any) -> SolutionNames:
+    """``task``'s test file and id column (the built-in tasks: ``test.csv``, ``id``)."""
+    return SolutionNames(_test_file(Path(task.public_dir), Path(task.sample_submission_path), task.id_column),
+                         task.id_column)
+
+
+@functools.lru_cache(maxsize=1024)
+def _test_file(public_dir: Path, sample_submission: Path, id_column: str) -> str:
+    """The public CSV whose ids are the sample submission's (the default name when none is)."""
+    def ids(path: Path) -> set[str] | None:
+        try:
+            return set(pd.read_csv(path, usecols=[id_column], dtype=str)[id_column])
+        except (OSError, ValueError):  # no such column, not a CSV
+            return None
+
+    wanted = ids(sample_submission)
+    for path in sorted(public_dir.glob("*.csv")):
+        if path != sample_submission and wanted and ids(path) == wanted:
+            return path.name
+    return SolutionNames.test_file
+
+
+def _submission(code: str, id_column: str) -> re.Match[str] | None:
+    """The one-line submission of a reference: ``pd.DataFrame({"<id>": test_ids, ...}).to_csv(SUBMISSION_PATH...``."""
+    pattern = rf'^(pd\.DataFrame\(\{{"{re.escape(id_column)}": test_ids, [^}}]+\}}\))(\.to_csv\(SUBMISSION_PATH.*)$'
+    return re.search(pattern, code, re.MULTILINE)
+
+
+def _misspelt(name: str) -> str:
+    return name.upper() if name.upper() != name else name.lower()
+
+
 def clean_reference(code: str) -> str:
     """The reference's code as the agent would write it, without the pool's bookkeeping docstring: what
     the policy's SFT, the executed-solution memory and the world model's evaluation see of a reference.
@@ -110,8 +155,9 @@ def clean_reference(code: str) -> str:
     return _HEADER.sub("", code, count=1).lstrip("\n")
 
 
-def mutate(code: str, kind: str, rng: np.random.Generator) -> str | None:
-    """The variant of ``code`` with mistake ``kind``; None when the reference has no anchor for it."""
+def mutate(code: str, kind: str, rng: np.random.Generator, names: SolutionNames = SolutionNames()) -> str | None:
+    """The variant of ``code`` with mistake ``kind`` on the task's ``names``; None when the reference has no
+    anchor for it."""
     if kind == "wrong_column":
         target, features = _TARGET.search(code), _FEATURES.search(code)
         if features is not None and (target is None or rng.random() < 0.5):
@@ -132,7 +178,10 @@ def mutate(code: str, kind: str, rng: np.random.Generator) -> str | None:
         return code.replace("import numpy as np\n", "import numpy as np\nimport lightgbm as lgb\n", 1) \
             if "import numpy as np\n" in code else None
     if kind == "wrong_file":
-        return code.replace('"test.csv"', '"test_data.csv"', 1) if '"test.csv"' in code else None
+        # the usual slip: a default name for a file named otherwise
+        wrong = "test_data.csv" if names.test_file == "test.csv" else "test.csv"
+        right = f'"{names.test_file}"'
+        return code.replace(right, f'"{wrong}"', 1) if right in code else None
     if kind == "crash":
         if "y_train = " in code and rng.random() < 0.5:
             return re.sub(r"^(y_train = .*)$", r"\1\ny_train = y_train[:-1]", code, count=1, flags=re.MULTILINE)
@@ -140,15 +189,16 @@ def mutate(code: str, kind: str, rng: np.random.Generator) -> str | None:
             return re.sub(r"^(X_test = .*)$", r"\1\nX_test = X_test[:, 1:]", code, count=1, flags=re.MULTILINE)
         return None
     if kind == "invalid_submission":
-        submit = _SUBMIT.search(code)
+        submit = _submission(code, names.id_column)
         if submit is None:
             return None
-        frame = submit.group(1)
-        broken = frame + ".iloc[1:]" if rng.random() < 0.5 else frame.replace('{"id":', '{"ID":', 1)
+        frame, id_key = submit.group(1), f'{{"{names.id_column}":'
+        broken = frame + ".iloc[1:]" if rng.random() < 0.5 else frame.replace(
+            id_key, f'{{"{_misspelt(names.id_column)}":', 1)
         return code[: submit.start()] + broken + submit.group(2) + code[submit.end():]
     if kind == "foreign_target":
-        submit = _SUBMIT.search(code)
-        column = re.search(r'\{"id": test_ids, "([^"]+)":', submit.group(1)) if submit else None
+        submit = _submission(code, names.id_column)
+        column = re.search(r'test_ids, "([^"]+)":', submit.group(1)) if submit else None
         if column is None:
             return None
         others = [name for name in _TARGET_NAMES if name != column.group(1)]
@@ -198,8 +248,9 @@ def reference_variants(task: Any, index: int, heldout_fraction: float = 0.25, se
     out = [unmodified]
     task_seed = int(hashlib.sha256(task.task_id.encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng([seed, task_seed, index])
+    names = solution_names(task)
     for kind in kinds:
-        mutated = mutate(code, kind, rng)
+        mutated = mutate(code, kind, rng, names)
         if mutated is not None and mutated != code:
             out.append(SolutionVariant(task.task_id, ref.name, kind, mutated, heldout, ref.position_score))
     return out

@@ -1,0 +1,50 @@
+"""scripts/headline.py on the transfer testbed (issue 35): the pool, the held-out score before and after with
+its gain paired by seed, and the share of distinct codes among the executions, from run directories
+written by the writers real runs use (evaluation lines, rollout records)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from script_support import load_script
+from test_headline import _evaluation, _sweep
+
+from wmrl.agent.records import write_rollouts
+from wmrl.rollout import Trajectory
+
+HELDOUT = {"grpo_real": {0: (0.10, 0.20), 1: (0.10, 0.30), 2: (0.20, 0.30)},  # seed: (before, after)
+           "wmrl": {0: (0.10, 0.15), 1: (0.10, 0.10), 2: (0.20, 0.25)}}
+
+
+def _executed(task: str, code: str) -> Trajectory:
+    return Trajectory(task, 0, 0, "executed", score=0.5, final_code=code, seconds={"execution": 1.0})
+
+
+def test_headline_reports_the_heldout_gain_paired_by_seed_and_the_distinct_code_share(tmp_path: Path):
+    sweep = _sweep(tmp_path)
+    for run in sorted((sweep / "runs").iterdir()):
+        variant, seed = run.name.rsplit("_s", 1)
+        before, after = HELDOUT[variant][int(seed)]
+        _evaluation(run, "before", 0, "heldout", [before])  # a later line replaces the earlier one
+        _evaluation(run, "after", 2, "heldout", [after])
+    # grpo_real seed 0 executed code "a" twice and "b" once: 2 distinct of 3
+    write_rollouts(sweep / "runs" / "grpo_real_s0", 0, [[_executed("t", "a"), _executed("t", "a")]])
+    write_rollouts(sweep / "runs" / "grpo_real_s0", 1, [[_executed("t", "b"),
+                                                          Trajectory("t", 1, 0, "world_model", final_code="c")]])
+    out = tmp_path / "out"
+    assert load_script("headline").main([str(sweep), "--out", str(out)]) == 0
+    h = json.loads((out / "headline.json").read_text())
+    assert h["pool"] == {"name": "builtin", "train_tasks": 1, "heldout_tasks": 1}  # the runs' config and evaluations
+    assert h["reuse_executions"] is True
+    assert h["distinct_code_share"] == pytest.approx(2 / 3) and h["variants"]["wmrl"]["distinct_code_share"] is None
+    g, w = h["variants"]["grpo_real"], h["variants"]["wmrl"]
+    assert g["heldout_before_mean"] == pytest.approx(0.4 / 3) and g["heldout_after_mean"] == pytest.approx(0.8 / 3)
+    assert g["heldout_after_se"] == pytest.approx((1 / 300) ** 0.5 / 3**0.5)
+    # gains 0.1, 0.2, 0.1: mean 0.1333, sd 0.0577, t-interval with 2 degrees of freedom
+    half = 4.302652729911275 * (1 / 300) ** 0.5 / 3**0.5
+    assert g["heldout_paired_gain_ci95"] == pytest.approx([0.4 / 3 - half, 0.4 / 3 + half])
+    assert w["heldout_paired_gain_ci95"][0] < 0 < w["heldout_paired_gain_ci95"][1]  # gains 0.05, 0, 0.05
+    assert g["cpu_hours_mean"] == pytest.approx(0.2) and w["cpu_hours_mean"] == pytest.approx(0.15)
+    assert "Held-out tasks (1 of the `builtin` pool" in (out / "headline.md").read_text()
