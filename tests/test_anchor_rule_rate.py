@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import math
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launch_support import (
+    dry_config,
+    events,
+    final_digest,
+    make_run,
+    progress_step,
+    spawn_coordinator,
+    wait_until,
+)
 
 from wmrl.anchor_rule import RuleInputs, carried, decide, variance_groups, variance_rate
 from wmrl.config import ConfigError, load_config
 from wmrl.loop import LoopShell
+from wmrl.orchestration.coordinator import Coordinator, iter_metrics
 from wmrl.simulate.simulator import simulated_parts
 from wmrl.sweep.rule_trace import replay
 
@@ -195,19 +206,6 @@ def test_the_pair_log_replay_moves_the_carry_as_the_run_did(tmp_path):
 def test_a_coordinator_run_stopped_by_sigterm_resumes_the_carry_and_ends_identical(tmp_path):
     """The anchored trainer under the coordinator (real workers): a rate-form run stopped mid-way and
     restarted from its checkpoint logs the same anchor counts and ends at the same digest."""
-    import signal
-
-    from launch_support import (
-        dry_config,
-        events,
-        final_digest,
-        make_run,
-        progress_step,
-        spawn_coordinator,
-        wait_until,
-    )
-
-    from wmrl.orchestration.coordinator import Coordinator, iter_metrics
 
     rate = ["algorithm.anchor_rule=adaptive", "algorithm.anchor_max_gap=2", "algorithm.min_anchor_groups=0"]
     whole = make_run(dry_config(tmp_path / "whole", "whole", 10, *rate))
