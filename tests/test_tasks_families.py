@@ -23,6 +23,7 @@ from wmrl.tasks.builtin.build import describe, run_reference
 from wmrl.tasks.config import FamiliesConfig, TasksConfig
 from wmrl.tasks.families.pool import (
     GENERATORS,
+    build_families,
     HELDOUT_OFFSET,
     default_root,
     instances,
@@ -195,3 +196,15 @@ def test_cli_builds_one_instance_and_lists_it(tmp_path, capsys):
     assert "1 task(s) (0 train, 1 held out)" in capsys.readouterr().out
     assert main(["tasks", "list", "--split", "heldout", *args]) == 0
     assert "tabular-binary-heldout-000" in capsys.readouterr().out
+
+
+def test_a_build_in_worker_processes_writes_the_same_bytes_as_one_at_a_time(tmp_path):
+    ids = ["tabular-binary-train-000", "text-train-000"]
+    build_families(tmp_path / "serial", SMALL, only=ids, progress=False, workers=1)
+    build_families(tmp_path / "parallel", SMALL, only=ids, progress=False, workers=2)
+    files = sorted(p.relative_to(tmp_path / "serial") for p in (tmp_path / "serial").rglob("*") if p.is_file())
+    assert {str(f).split("/")[0] for f in files} >= set(ids) and len(files) > 2 * MIN_REFERENCES
+    for relative in files:
+        assert (tmp_path / "parallel" / relative).read_bytes() == (tmp_path / "serial" / relative).read_bytes(), relative
+    assert sorted(p.relative_to(tmp_path / "parallel") for p in (tmp_path / "parallel").rglob("*")
+                  if p.is_file()) == files

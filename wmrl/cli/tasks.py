@@ -36,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="build only these task families (built-in pool) or families/instance ids (task families)")
     build.add_argument("--group", default="", metavar="GROUP",
                        help="Unix group that shares the pool (setgid on the root; rights follow the umask)")
+    build.add_argument("--workers", type=int, default=0, metavar="N",
+                       help="tasks built at once, one process each (default: one per core, at most 8)")
     _common(build, "where to build (default: tasks.root, $WMRL_TASKS_DIR or ~/.cache/wmrl/...)")
 
     listing = sub.add_parser("list", help="list the tasks of a pool; broken ones are reported, not hidden")
@@ -79,12 +81,12 @@ def _build(args: argparse.Namespace, cfg: WMRLConfig) -> int:
 
         families = cfg.tasks.families
         root = Path(cfg.tasks.root).expanduser() if cfg.tasks.root else default_root(families)
-        metas = build_families(root, families, only=args.only, group=args.group)
+        metas = build_families(root, families, only=args.only, group=args.group, workers=args.workers)
         heldout = sum(m["split"] == "heldout" for m in metas)
         print(f"built {len(metas)} task(s) ({len(metas) - heldout} train, {heldout} held out) in {root}")
         return 0
     root = default_pool_root(cfg.tasks.root)
-    metas = build_pool(root, only=args.only, group=args.group)
+    metas = build_pool(root, only=args.only, group=args.group, workers=args.workers)
     print(f"built {len(metas)} task(s) in {root}")
     return 0
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -248,7 +250,7 @@ def _write_index(root: Path, metas: list[dict], version: str = BUILTIN_VERSION, 
 
 
 def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = True,
-               group: str = "") -> list[dict]:
+               group: str = "", workers: int = 0) -> list[dict]:
     """Build the pool (or the families / task ids in ``only``) into ``root``.
 
     Tasks are built in a sibling temp directory, then each one replaces only its own task directory
@@ -258,13 +260,37 @@ def build_pool(root: Path, only: Sequence[str] | None = None, progress: bool = T
     """
     registry = family_registry()
     makers = [(TASK_IDS.get(name, name), name, registry[name]) for name in resolve_families(only)]
-    return build_tasks(Path(root), makers, progress=progress, group=group)
+    return build_tasks(Path(root), makers, progress=progress, group=group, workers=workers)
+
+
+def build_workers() -> int:
+    """Processes a build uses by default: one per core this process may run on (a reference fits on
+    one thread), at most 8 (a login node's cores are shared)."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def _build_marked(family: str, make: Callable[[], TaskData], staging: Path, scratch: Path, version: str,
+                  min_references: int) -> dict:
+    """Build one task into ``staging`` and mark it as wmrl's (only marked tasks are ever replaced)."""
+    data = make()
+    meta = build_task(data, staging / data.task_id, scratch, version, min_references)
+    (staging / data.task_id / MARKER).write_text(
+        json.dumps({"built_by": "wmrl tasks build", "family": family, "version": version}, sort_keys=True) + "\n",
+        encoding="utf-8")
+    return meta
+
+
+def _build_marked_job(job: tuple) -> dict:
+    return _build_marked(*job)
 
 
 def build_tasks(root: Path, makers: Sequence[tuple[str, str, Callable[[], TaskData]]], *, progress: bool = True,
                 group: str = "", version: str = BUILTIN_VERSION, min_references: int = MIN_REFERENCES,
-                index_extra: dict | None = None, replace_pool: bool = False) -> list[dict]:
+                index_extra: dict | None = None, replace_pool: bool = False, workers: int = 0) -> list[dict]:
     """Build ``makers`` (``(task_id, family, make)``) into ``root`` as :func:`build_pool` describes.
+
+    ``workers``: tasks built at once, each in its own process (0 = :func:`build_workers`); ``make``
+    must then be picklable (a module-level function or a bound method of a plain dataclass).
 
     ``replace_pool``: the new tasks are the whole pool; wmrl-built tasks of an earlier build that are
     not among them are removed (a task-family pool built again with fewer instances).
@@ -275,15 +301,25 @@ def build_tasks(root: Path, makers: Sequence[tuple[str, str, Callable[[], TaskDa
     metas = []
     try:
         with tempfile.TemporaryDirectory(prefix="wmrl-build-") as scratch:
+            jobs = [(family, make, staging, Path(scratch), version, min_references) for _, family, make in makers]
+            workers = min(workers or build_workers(), len(jobs))
             bar = progress_display(len(makers), "building tasks", "task", show=None if progress else False)
-            for _, family, make in makers:
-                data = make()
-                metas.append(build_task(data, staging / data.task_id, Path(scratch), version, min_references))
-                (staging / data.task_id / MARKER).write_text(
-                    json.dumps({"built_by": "wmrl tasks build", "family": family, "version": version},
-                               sort_keys=True) + "\n", encoding="utf-8")
-                bar.update(1)
-            bar.close()
+            try:
+                if workers <= 1:
+                    for job in jobs:
+                        metas.append(_build_marked(*job))
+                        bar.update(1)
+                else:
+                    # spawn, not fork: the caller may hold torch's OpenMP threads, which a forked child
+                    # fitting scikit-learn models could deadlock on. Each task is its own seeded job, so
+                    # the bytes written do not depend on the number of workers.
+                    context = multiprocessing.get_context("spawn")
+                    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+                        for meta in pool.map(_build_marked_job, jobs):
+                            metas.append(meta)
+                            bar.update(1)
+            finally:
+                bar.close()
         check_root(root, [m["task_id"] for m in metas])  # another process may have written meanwhile
         root.mkdir(parents=True, exist_ok=True)
         if group:

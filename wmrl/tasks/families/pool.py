@@ -117,7 +117,7 @@ def select(cfg: FamiliesConfig, only: Sequence[str] | None) -> list[FamilyInstan
 
 
 def build_families(root: Path, cfg: FamiliesConfig, only: Sequence[str] | None = None, progress: bool = True,
-                   group: str = "") -> list[dict]:
+                   group: str = "", workers: int = 0) -> list[dict]:
     """Build the pool of ``cfg`` (or the instances in ``only``) into ``root``.
 
     The whole pool replaces an earlier family pool in ``root`` (instances it no longer has are removed)
@@ -128,4 +128,4 @@ def build_families(root: Path, cfg: FamiliesConfig, only: Sequence[str] | None =
     extra = {"families": asdict(cfg)} | ({} if only else {"key": pool_key(cfg)})
     return build_tasks(Path(root), [(i.task_id, i.family, i.make) for i in chosen], progress=progress, group=group,
                        version=FAMILIES_VERSION, min_references=MIN_REFERENCES, index_extra=extra,
-                       replace_pool=not only)
+                       replace_pool=not only, workers=workers)
