@@ -123,6 +123,18 @@ def test_analysis_names_target_metric_and_model(task):
     assert "half of the features" in text and "20% of the training rows" in text
 
 
+def test_analysis_names_the_files_and_id_column_only_when_asked(task):
+    plain = analysis_for(task, REFERENCE, "model=tree features=half fraction=0.2")
+    named = analysis_for(task, REFERENCE, "model=tree features=half fraction=0.2", name_inputs=True)
+    assert "reads DATA_DIR, predicts one row per test id" in plain and "train.csv" not in plain
+    assert f"reads `train.csv` and `test.csv` from DATA_DIR, predicts one row per `{task.id_column}`" in named
+    assert named.split(". ")[:2] == plain.split(". ")[:2]  # the target, metric and model as before
+    data = SFTData([])
+    policy_examples(tokenizer(), [task], {task.task_id: "Competition: Tiny\nBegin.\n"}, agent_ctx(), "short",
+                    10000, data, name_inputs=True)
+    assert "reads `train.csv` and `test.csv`" in tokenizer().decode(list(data.examples[0].target_ids))
+
+
 def test_every_mutation_applies_to_a_builtin_style_reference(task):
     variants = make_variants([task], per_task=1, heldout_fraction=0.0)
     assert sorted(v.kind for v in variants) == sorted(["reference", *MUTATIONS])  # the SFT recipe: no agent mistake

@@ -37,6 +37,11 @@ class SFTConfig(Section):
     # and then writes runnable code; spread thin over ~60 near-duplicates it splices lines of different
     # programs together (measured: 0 of 84 sampled replies ran after 4 epochs over all 639).
     references_per_task: int = field(default=0, metadata=in_range(0))
+    # The policy reply's analysis names the CSV files its code reads and the id column (off: "reads
+    # DATA_DIR, predicts one row per test id"), as it names the target. On the task families a 5M policy
+    # copied the target from its prompt in 29 of 30 held-out replies but wrote the files and id column
+    # of other instances (results/transfer/pilot.md); off keeps the tiny default's SFT as measured.
+    reply_names_inputs: bool = False
     # Packed rows accumulated into one optimizer step
     rows_per_step: int = field(default=4, metadata=in_range(1))
     # At most this many tokens per row (a shared prompt head + the examples after it). Longer rows share

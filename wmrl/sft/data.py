@@ -46,6 +46,7 @@ from wmrl.world_model_data.variants import Outcome, SolutionVariant, clean_refer
 
 AGENT, WORLD_MODEL = "agent", "world_model"
 _MODEL = re.compile(r"^model = (.+)$", re.MULTILINE)
+_READ_CSV = re.compile(r'read_csv\(os\.path\.join\(DATA_DIR, "([^"]+)"\)')
 FEATURE_WORDS = {"all": "all features", "half": "half of the features", "two": "two features",
                  "one": "a single feature", "pool": "2x2-pooled pixels", "pool4": "4x4-pooled pixels",
                  "rows": "row-mean profiles", "small": "a small vocabulary", "last": "the last feature"}
@@ -58,8 +59,12 @@ class SFTData:
     skipped: Counter = field(default_factory=Counter)  # too long, per kind
 
 
-def analysis_for(task: Any, code: str, note: str = "") -> str:
-    """2-4 sentences: the target and metric, the one model and the features, the plan to submit."""
+def analysis_for(task: Any, code: str, note: str = "", name_inputs: bool = False) -> str:
+    """2-4 sentences: the target and metric, the one model and the features, the plan to submit.
+
+    ``name_inputs`` (``sft.reply_names_inputs``): the last sentence names the CSV files the code reads
+    and the id column, as the first names the target, so that the reply states every name the code
+    must take from the prompt before the code uses it."""
     model = _MODEL.search(code)
     estimator = model.group(1).strip() if model else "a simple model"
     if len(estimator) > 90:
@@ -70,9 +75,12 @@ def analysis_for(task: Any, code: str, note: str = "") -> str:
     subset = "" if fraction in ("1.0", "1") else f", using {float(fraction):.0%} of the training rows"
     better = "higher is better" if task.direction == "max" else "lower is better"
     targets = ", ".join(f"`{c}`" for c in task.target_columns)
+    files = list(dict.fromkeys(_READ_CSV.findall(code))) if name_inputs else []
+    reads = f"reads {' and '.join(f'`{f}`' for f in files)} from DATA_DIR" if files else "reads DATA_DIR"
+    ids = f"`{task.id_column}`" if name_inputs else "test id"
     return (f"The target is {targets} and the metric is {task.metric_name} ({better}). "
             f"I will fit `{estimator}` on {features}{subset}. "
-            "The script reads DATA_DIR, predicts one row per test id and writes SUBMISSION_PATH in the sample format.")
+            f"The script {reads}, predicts one row per {ids} and writes SUBMISSION_PATH in the sample format.")
 
 
 def reply_text(analysis: str, code: str) -> str:
@@ -93,7 +101,8 @@ def spread_references(refs: Sequence[Any], k: int) -> list[Any]:
 
 
 def policy_examples(tokenizer: Any, tasks: Sequence[Any], overviews: Mapping[str, str], context: PromptContext,
-                    prompt_style: str, max_tokens: int, data: SFTData, references_per_task: int = 0) -> None:
+                    prompt_style: str, max_tokens: int, data: SFTData, references_per_task: int = 0,
+                    name_inputs: bool = False) -> None:
     chat = ChatTokens(tokenizer)
     system = system_prompt(context, prompt_style)
     end = [tokenizer.eos_token_id]
@@ -101,7 +110,7 @@ def policy_examples(tokenizer: Any, tasks: Sequence[Any], overviews: Mapping[str
         prompt = chat.first_prompt(agent_messages(system, overviews[task.task_id]))
         for ref in spread_references(task.reference_solutions(), references_per_task):
             code = clean_reference(ref.code)
-            target = _ids(tokenizer, reply_text(analysis_for(task, code, ref.note), code)) + end
+            target = _ids(tokenizer, reply_text(analysis_for(task, code, ref.note, name_inputs), code)) + end
             _add(data, SFTExample(prompt, target, AGENT), max_tokens)
 
 
@@ -147,7 +156,7 @@ def build_sft_data(cfg: SFTRunConfig, tokenizer: Any, max_tokens: int, progress:
     data = SFTData([])
     train = [t for t in tasks if t.split == "train"]
     policy_examples(tokenizer, train, overviews, agent_ctx, cfg.agent.prompt_style, max_tokens, data,
-                    cfg.sft.references_per_task)
+                    cfg.sft.references_per_task, cfg.sft.reply_names_inputs)
     wm = cfg.world_model
     variants = world_model_sft_variants(train, wm, runtime)
     outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress)
