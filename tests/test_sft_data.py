@@ -127,8 +127,10 @@ def test_analysis_names_the_files_and_id_column_only_when_asked(task):
     plain = analysis_for(task, REFERENCE, "model=tree features=half fraction=0.2")
     named = analysis_for(task, REFERENCE, "model=tree features=half fraction=0.2", name_inputs=True)
     assert "reads DATA_DIR, predicts one row per test id" in plain and "train.csv" not in plain
-    assert f"reads `train.csv` and `test.csv` from DATA_DIR, predicts one row per `{task.id_column}`" in named
-    assert named.split(". ")[:2] == plain.split(". ")[:2]  # the target, metric and model as before
+    assert named.startswith(f"The script reads `train.csv` and `test.csv` from DATA_DIR and predicts one row per "
+                            f"`{task.id_column}`. ")  # the inputs first, in the order the code uses them
+    assert named.split(". ")[1:3] == plain.split(". ")[:2]  # then the target, metric and model as before
+    assert 2 <= named.count(". ") + 1 <= 4
     data = SFTData([])
     policy_examples(tokenizer(), [task], {task.task_id: "Competition: Tiny\nBegin.\n"}, agent_ctx(), "short",
                     10000, data, name_inputs=True)

@@ -37,8 +37,8 @@ class SFTConfig(Section):
     # and then writes runnable code; spread thin over ~60 near-duplicates it splices lines of different
     # programs together (measured: 0 of 84 sampled replies ran after 4 epochs over all 639).
     references_per_task: int = field(default=0, metadata=in_range(0))
-    # The policy reply's analysis names the CSV files its code reads and the id column (off: "reads
-    # DATA_DIR, predicts one row per test id"), as it names the target. On the task families a 5M policy
+    # The policy reply's analysis first names the CSV files its code reads and the id column, then the
+    # target (off: "The target is ...", then "reads DATA_DIR, predicts one row per test id"). On the task families a 5M policy
     # (4 SFT epochs) wrote the held-out instance's own target in 25 of 30 replies, but its files and id
     # column no more often than a fixed guess would (results/transfer/pilot.md). Off: the tiny default's
     # SFT as measured.

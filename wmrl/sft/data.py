@@ -62,9 +62,9 @@ class SFTData:
 def analysis_for(task: Any, code: str, note: str = "", name_inputs: bool = False) -> str:
     """2-4 sentences: the target and metric, the one model and the features, the plan to submit.
 
-    ``name_inputs`` (``sft.reply_names_inputs``): the last sentence names the CSV files the code reads
-    and the id column, as the first names the target, so that the reply states every name the code
-    must take from the prompt before the code uses it."""
+    ``name_inputs`` (``sft.reply_names_inputs``): a first sentence names the CSV files the code reads and
+    the id column, then the target: the reply states every name the code must take from the prompt, in
+    the order the code uses them, before the code."""
     model = _MODEL.search(code)
     estimator = model.group(1).strip() if model else "a simple model"
     if len(estimator) > 90:
@@ -75,12 +75,15 @@ def analysis_for(task: Any, code: str, note: str = "", name_inputs: bool = False
     subset = "" if fraction in ("1.0", "1") else f", using {float(fraction):.0%} of the training rows"
     better = "higher is better" if task.direction == "max" else "lower is better"
     targets = ", ".join(f"`{c}`" for c in task.target_columns)
-    files = list(dict.fromkeys(_READ_CSV.findall(code))) if name_inputs else []
+    what = f"The target is {targets} and the metric is {task.metric_name} ({better}). "
+    fit = f"I will fit `{estimator}` on {features}{subset}. "
+    if not name_inputs:
+        return what + fit + ("The script reads DATA_DIR, predicts one row per test id and writes SUBMISSION_PATH "
+                             "in the sample format.")
+    files = list(dict.fromkeys(_READ_CSV.findall(code)))
     reads = f"reads {' and '.join(f'`{f}`' for f in files)} from DATA_DIR" if files else "reads DATA_DIR"
-    ids = f"`{task.id_column}`" if name_inputs else "test id"
-    return (f"The target is {targets} and the metric is {task.metric_name} ({better}). "
-            f"I will fit `{estimator}` on {features}{subset}. "
-            f"The script {reads}, predicts one row per {ids} and writes SUBMISSION_PATH in the sample format.")
+    return (f"The script {reads} and predicts one row per `{task.id_column}`. " + what + fit
+            + "It writes SUBMISSION_PATH in the sample format.")
 
 
 def reply_text(analysis: str, code: str) -> str:
