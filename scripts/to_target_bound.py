@@ -25,7 +25,6 @@ from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
-
 from adaptive_table import ARMS, LOG_EVERY_STEP
 
 BOUND_ARMS = ("grpo_real", "wmrl fixed", "wmrl adaptive (rate)")
@@ -52,6 +51,10 @@ def _run(job: tuple[str, str, int]) -> dict:
 def _mean_se(values: list[float]) -> tuple[float, float]:
     x = np.asarray(values, dtype=float)
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+
+
+def _fmt(pair: tuple[float, float], decimals: int = 2) -> str:
+    return f"{pair[0]:.{decimals}f} ± {pair[1]:.{decimals}f}"
 
 
 def main() -> None:
@@ -87,20 +90,21 @@ def main() -> None:
               "arms": arms}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"to_target_bound-{args.scenario}.json").write_text(json.dumps(report, indent=1) + "\n")
-    lines = [f"# To-target bound, scenario `{args.scenario}` ({args.seeds} seeds, paired with grpo_real)", "",
-             "`python scripts/to_target_bound.py --scenario {0} --seeds {1} --out {2}`".format(
-                 args.scenario, args.seeds, args.out), "",
-             f"grpo_real costs {real_per_step:.2f} GPU-h a step (modelled). A wmrl step costs at least "
-             f"{arms['wmrl fixed']['floor_gpu_hours_per_step']:.2f} GPU-h with no anchor group at all "
-             "(generation, the world model's calls, the update), so per step no rule saves more than "
-             f"{real_per_step / arms['wmrl fixed']['floor_gpu_hours_per_step']:.2f}x.", "",
-             "| arm | reached | step at target | steps / grpo_real's (paired) | GPU-h to target | grpo_real / arm, "
-             "to target | best any anchor count allows at this arm's step |", "|---|---|---|---|---|---|---|"]
+    floor = arms["wmrl fixed"]["floor_gpu_hours_per_step"]
+    lines = [
+        f"# To-target bound, scenario `{args.scenario}` ({args.seeds} seeds, paired with grpo_real)", "",
+        f"`python scripts/to_target_bound.py --scenario {args.scenario} --seeds {args.seeds} --out {args.out}`", "",
+        (f"grpo_real costs {real_per_step:.2f} GPU-h a step (modelled). A wmrl step costs at least {floor:.2f} "
+         "GPU-h with no anchor group at all (generation, the world model's calls, the update), so per step no "
+         f"rule saves more than {real_per_step / floor:.2f}x."), "",
+        ("| arm | reached | step at target | steps / grpo_real's (paired) | GPU-h to target | grpo_real / arm, "
+         "to target | best any anchor count allows at this arm's step |"),
+        "|---|---|---|---|---|---|---|",
+    ]
     for arm, a in arms.items():
-        fmt = lambda pair, d=2: f"{pair[0]:.{d}f} ± {pair[1]:.{d}f}"  # noqa: E731
-        lines.append(f"| {arm} | {a['reached']}/{a['seeds']} | {fmt(a['target_step'], 1)} | "
-                     f"{fmt(a['steps_over_grpo_real'])} | {fmt(a['target_gpu_hours'], 0)} | "
-                     f"{fmt(a['ratio_to_target'])}x | {fmt(a['best_ratio_to_target_any_anchor_count'])}x |")
+        lines.append(f"| {arm} | {a['reached']}/{a['seeds']} | {_fmt(a['target_step'], 1)} | "
+                     f"{_fmt(a['steps_over_grpo_real'])} | {_fmt(a['target_gpu_hours'], 0)} | "
+                     f"{_fmt(a['ratio_to_target'])}x | {_fmt(a['best_ratio_to_target_any_anchor_count'])}x |")
     (args.out / f"to_target_bound-{args.scenario}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

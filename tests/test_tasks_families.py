@@ -23,8 +23,8 @@ from wmrl.tasks.builtin.build import describe, run_reference
 from wmrl.tasks.config import FamiliesConfig, TasksConfig
 from wmrl.tasks.families.pool import (
     GENERATORS,
-    build_families,
     HELDOUT_OFFSET,
+    build_families,
     default_root,
     instances,
     pool_complete,
