@@ -40,7 +40,8 @@ class SFTConfig(Section):
     # The policy reply's analysis first names the CSV files its code reads and the id column, then the
     # target (off: "The target is ...", then "reads DATA_DIR, predicts one row per test id"). On the task families a 5M policy
     # (4 SFT epochs) wrote the held-out instance's own target in 25 of 30 replies, but its files and id
-    # column no more often than a fixed guess would (results/transfer/pilot.md). Off: the tiny default's
+    # column no more often than a fixed guess would; with this on, the train file 25/30 and the target
+    # 22/30, the test file and id column still not (results/transfer/pilot.md). Off: the tiny default's
     # SFT as measured.
     reply_names_inputs: bool = False
     # Packed rows accumulated into one optimizer step
