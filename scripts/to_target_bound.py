@@ -25,7 +25,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
-from adaptive_table import ARMS, LOG_EVERY_STEP
+from adaptive_table import ARMS, LOG_EVERY_STEP, _mean_se
 
 BOUND_ARMS = ("grpo_real", "wmrl fixed", "wmrl adaptive (rate)")
 
@@ -46,11 +46,6 @@ def _run(job: tuple[str, str, int]) -> dict:
             "target_gpu_hours": r.target_gpu_hours, "gpu_hours": r.gpu_hours, "wm_calls": r.wm_calls,
             "floor_gpu_hours_per_step": (trajectories * (cost.gen_seconds + cost.wm_call_seconds)
                                          + cost.update_seconds) / 3600.0}
-
-
-def _mean_se(values: list[float]) -> tuple[float, float]:
-    x = np.asarray(values, dtype=float)
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
 
 
 def _fmt(pair: tuple[float, float], decimals: int = 2) -> str:
