@@ -6,8 +6,12 @@ import os
 import pytest
 
 from wmrl.cli.main import main
+from wmrl.evaluation import TaskScore, aggregate, invalid_reason, kept_valid
+from wmrl.execution.executed import to_feedback
 from wmrl.execution.outcome import ExecutionOutcome, execute_and_grade
+from wmrl.rollout import Trajectory, Turn
 from wmrl.sandbox import SandboxConfig, limits_from_config, make_backend
+from wmrl.storage.records import ExecutionOutcomeRecord
 from wmrl.tasks.layouts import load_task
 from wmrl.tasks.testing import make_wmrl_task
 
@@ -59,6 +63,30 @@ def test_invalid_submission_feedback_gives_the_reason(task, backend, tmp_path):
     outcome = run(task, backend, code, tmp_path)
     assert outcome.result.status == "ok" and not outcome.grade.valid
     assert "No valid submission: submission is missing column(s) ['y']" in outcome.feedback
+
+
+def test_an_evaluation_counts_why_kept_submissions_were_not_valid(task, backend, tmp_path):
+    codes = [GOOD + "\nresult = 1 / 0\n", GOOD.replace('"y":', '"label":'), GOOD, "print('forgot')\n",
+             GOOD.replace('"test.csv"', '"tst.csv"')]
+    trajectories = []
+    for i, code in enumerate(codes):  # really executed, then the worker's record as the trainer reads it
+        outcome = run(task, backend, code, tmp_path)
+        record = ExecutionOutcomeRecord(f"r{i}", "run", "done", outcome.grade.position_score, outcome.to_dict(),
+                                        "worker", 1, 0.0, 0.0, outcome.exec_seconds)
+        feedback = to_feedback(f"0/0/{i}/0", record)
+        trajectories.append(Trajectory(task.task_id, 0, i, "executed", [Turn([], [], [], "", code, None, feedback)],
+                                       score=feedback.score, kept_turn=0, final_code=code))
+    trajectories.append(Trajectory(task.task_id, 0, 5, "executed", [], score=0.0, kept_turn=None))
+    reasons = [invalid_reason(t) for t in trajectories if not kept_valid(t)]
+    missing = "grader: no submission file was written at SUBMISSION_PATH"
+    assert reasons == ["ZeroDivisionError", "grader: submission is missing column", missing, "FileNotFoundError",
+                       "no code"]
+    report = aggregate([TaskScore(task.task_id, "tabular", [t.score for t in trajectories])], 6,
+                       [kept_valid(t) for t in trajectories], invalid=reasons + ["ZeroDivisionError"])
+    assert next(iter(report.invalid.items())) == ("ZeroDivisionError", 2)  # commonest first
+    assert report.valid_rate == pytest.approx(1 / 6)
+    assert report.table().endswith("Not valid: ZeroDivisionError (2), grader: submission is missing column (1), "
+                                   f"{missing} (1), FileNotFoundError (1), no code (1)")
 
 
 def test_missing_submission_scores_zero(task, backend, tmp_path):

@@ -11,7 +11,9 @@ tasks it has (the paper's aggregation). An evaluation whose execution failed for
 from __future__ import annotations
 
 import math
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -43,6 +45,10 @@ class EvalReport:
     sample_mean: float = float("nan")  # mean over every evaluated trajectory (for seed-level statistics)
     valid_rate: float = float("nan")  # share of trajectories whose kept submission was valid
     seconds: float = 0.0
+    # Why the other kept submissions were not valid: the exception's type, the run's status or the
+    # grader's reason -> how many trajectories, commonest first (what a researcher reads first when
+    # valid_rate is low).
+    invalid: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -65,10 +71,13 @@ class EvalReport:
         for c, v in self.by_category.items():
             rows.append(f"| *{c} (mean)* | {c} | {v:.4f} | | |")
         rows.append(f"| **overall** (mean over categories) | | **{self.score:.4f}** | | |")
+        if self.invalid:
+            rows += ["", "Not valid: " + ", ".join(f"{why} ({n})" for why, n in self.invalid.items())]
         return "\n".join(rows)
 
 
-def aggregate(tasks: Sequence[TaskScore], k: int, valid: Sequence[bool] = (), seconds: float = 0.0) -> EvalReport:
+def aggregate(tasks: Sequence[TaskScore], k: int, valid: Sequence[bool] = (), seconds: float = 0.0,
+              invalid: Sequence[str] = ()) -> EvalReport:
     """Per-task avg@k -> per-category mean -> mean over categories (tasks with no score are skipped)."""
     scored = [t for t in tasks if t.scores]
     categories = sorted({t.category for t in scored})
@@ -79,7 +88,7 @@ def aggregate(tasks: Sequence[TaskScore], k: int, valid: Sequence[bool] = (), se
         score=float(np.mean(list(by_category.values()))) if by_category else float("nan"),
         sample_mean=float(np.mean(samples)) if samples else float("nan"),
         valid_rate=float(np.mean(valid)) if len(valid) else float("nan"),
-        seconds=seconds,
+        seconds=seconds, invalid=dict(Counter(invalid).most_common()),
     )
 
 
@@ -89,6 +98,25 @@ def kept_valid(traj: Trajectory) -> bool:
         return False
     feedback = traj.turns[traj.kept_turn].feedback
     return bool(feedback is not None and feedback.valid)
+
+
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b")
+
+
+def invalid_reason(traj: Trajectory) -> str:
+    """One short line that counts well: why the kept submission of ``traj`` was not valid."""
+    if traj.kept_turn is None or traj.kept_turn >= len(traj.turns) or traj.turns[traj.kept_turn].feedback is None:
+        return "no code"
+    feedback = traj.turns[traj.kept_turn].feedback
+    result, grade = feedback.details.get("result") or {}, feedback.details.get("grade") or {}
+    for line in reversed(str(result.get("traceback") or result.get("stderr_tail") or "").strip().splitlines()):
+        if match := _EXCEPTION.match(line.strip()):
+            return match.group(1).rsplit(".", 1)[-1]
+    if feedback.status not in ("ok", "invalid"):
+        return f"status {feedback.status}"
+    # the grader's sentence without the names it quotes, so that reasons count across tasks
+    reason = re.split(r"[:\[(`'\"]", str(grade.get("reason") or ""), maxsplit=1)[0].strip()
+    return f"grader: {reason[:60]}" if reason else f"status {feedback.status}"
 
 
 class _Reporting:
@@ -132,12 +160,13 @@ def evaluate(
         progress(f"{len(tasks)} tasks x k={k} = {len(tasks) * k} trajectories, every submission executed")
         env = _Reporting(env, len(tasks) * k, progress)
     groups = policy.rollout(0, [t for t, _ in tasks], k, [env] * len(tasks), rng)
-    per_task, valid = [], []
+    per_task, valid, invalid = [], [], []
     for (task_id, category), group in zip(tasks, groups):
         scores = [float(t.score) for t in group if t.score is not None and math.isfinite(t.score)]
         per_task.append(TaskScore(task_id, category, scores, failed=len(group) - len(scores)))
         valid += [kept_valid(t) for t in group]
-    report = aggregate(per_task, k, valid, time.perf_counter() - t0)
+        invalid += [invalid_reason(t) for t in group if t.score is not None and not kept_valid(t)]
+    report = aggregate(per_task, k, valid, time.perf_counter() - t0, invalid)
     if progress is not None:
         progress(f"done in {format_duration(report.seconds)}: score {report.score:.4f}")
     return report
