@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,8 @@ from wmrl.config import load_config
 from wmrl.config_checks import ConfigError
 from wmrl.grading import grade_submission
 from wmrl.models.corpus import pool_parts
-from wmrl.tasks.builtin.build import describe, run_reference
+from wmrl.tasks.builtin.build import describe, run_reference, write_public
+from wmrl.tasks.builtin.refcode import make_code
 from wmrl.tasks.config import FamiliesConfig, TasksConfig
 from wmrl.tasks.families.pool import (
     GENERATORS,
@@ -148,6 +150,26 @@ def test_a_reference_rerun_writes_a_valid_submission_that_ties_its_entry(small_t
         grade = grade_submission(task, submission)
         assert grade.valid, (task.task_id, grade.reason)
         assert grade.position_score == pytest.approx(ref.position_score), task.task_id
+
+
+@pytest.mark.parametrize("instance", instances(SMALL)[:5], ids=lambda i: i.family)
+def test_discovered_references_read_every_name_from_the_data_and_predict_what_literal_ones_do(instance, tmp_path):
+    """Schema "discovered": no file or column name in the code, the same submission byte for byte (the
+    first training instance of each family; the tabular ones have integer-coded categorical columns)."""
+    literal, discovered = instance.make(), replace(instance, schema="discovered").make()
+    write_public(literal, tmp_path / "public")
+    names = {literal.train_file, literal.test_file, literal.id_column, literal.target}
+    # the cheap references, one per feature choice: every loader path the family has
+    firsts = {v.features: i for i, v in reversed(list(enumerate(literal.variants)))
+              if not v.model.startswith(("svc", "mlp", "rf_", "et_", "gb_", "bag_", "ada_", "hgb_"))}
+    assert len(firsts) >= 2
+    for i in sorted(firsts.values()):
+        code = make_code(discovered, discovered.variants[i])
+        assert not [n for n in names if f'"{n}"' in code], code
+        run_reference(make_code(literal, literal.variants[i]), "literal.py", tmp_path / "public", tmp_path / "a.csv")
+        run_reference(code, "discovered.py", tmp_path / "public", tmp_path / "b.csv")
+        assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes(), literal.variants[i].name
+    assert describe(literal) == describe(discovered)
 
 
 def test_reference_code_carries_no_label_bearing_words(small_tasks):

@@ -10,6 +10,7 @@ from wmrl.config_checks import Section, choice, in_range
 SPLITS = ("train", "heldout", "all")
 MLEDOJO_BOARDS = ("mean", "private")
 POOLS = ("builtin", "families")
+FAMILY_SCHEMAS = ("literal", "discovered")
 MAX_INSTANCES = 100_000  # per split; the instances' seeds stay disjoint below it (wmrl/tasks/families/pool.py)
 
 
@@ -24,6 +25,11 @@ class FamiliesConfig(Section):
     heldout: int = field(default=30, metadata=in_range(1, MAX_INSTANCES))
     # The seed every instance's seed derives from: another value, another pool.
     seed: int = field(default=0, metadata=in_range(0, 1000))
+    # How the references name the files and columns: "literal" writes the names the prompt states (a
+    # policy must copy each one from its prompt), "discovered" reads them from the data files (the id
+    # column from sample_submission.csv, the training file as the CSV holding the target). Same tasks,
+    # data and descriptions; only the reference code (what SFT teaches) differs. docs/tasks.md.
+    schema: str = field(default="literal", metadata=choice(FAMILY_SCHEMAS))
 
 
 @dataclass

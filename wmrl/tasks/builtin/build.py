@@ -112,9 +112,8 @@ def write_leaderboard(path: Path, entries: list[tuple[float, str]], direction: s
     return Leaderboard.from_scores(frame["score"].tolist(), direction, BUILTIN_TIE_TOLERANCE)
 
 
-def build_task(data: TaskData, task_dir: Path, scratch: Path, version: str = BUILTIN_VERSION,
-               min_references: int = MIN_REFERENCES) -> dict:
-    public, private, reference = task_dir / "public", task_dir / "private", task_dir / "reference"
+def write_public(data: TaskData, public: Path) -> None:
+    """What a solution sees in DATA_DIR: the description, both CSVs, the sample submission, extra files."""
     public.mkdir(parents=True)
     (public / "description.md").write_text(describe(data), encoding="utf-8")
     _write_csv(public / data.train_file, data.train)
@@ -123,6 +122,12 @@ def build_task(data: TaskData, task_dir: Path, scratch: Path, version: str = BUI
     for relative, payload in sorted(data.files.items()):
         (public / relative).parent.mkdir(parents=True, exist_ok=True)
         (public / relative).write_bytes(payload)
+
+
+def build_task(data: TaskData, task_dir: Path, scratch: Path, version: str = BUILTIN_VERSION,
+               min_references: int = MIN_REFERENCES) -> dict:
+    public, private, reference = task_dir / "public", task_dir / "private", task_dir / "reference"
+    write_public(data, public)
     _write_csv(private / "answers.csv", data.answers)
     metric = get_metric(data.metric)
     answers = pd.read_csv(private / "answers.csv", dtype={data.id_column: str})

@@ -160,6 +160,13 @@ def make_code(data: TaskData, variant: ReferenceSpec) -> str:
         f"FRACTION = {variant.fraction!r}\n" + SUBSET,
         SHUFFLE if variant.shuffle_labels else "",
         FIT.replace("__MODEL__", expression.format(**variant.params)),
-        OUTPUTS[data.output].replace("__TARGET__", data.target).replace("__ID__", data.id_column),
+        _output_block(data),
     ]
     return "\n".join(part for part in parts if part)
+
+
+def _output_block(data: TaskData) -> str:
+    block = OUTPUTS[data.output]
+    if data.discovered_names:  # the loader's ID and TARGET variables, not the names as literals
+        block = block.replace('"__ID__"', "ID").replace('"__TARGET__"', "TARGET").replace("__TARGET__", "{TARGET}")
+    return block.replace("__TARGET__", data.target).replace("__ID__", data.id_column)

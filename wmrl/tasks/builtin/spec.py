@@ -46,6 +46,9 @@ class TaskData:
     train_file: str = "train.csv"
     test_file: str = "test.csv"
     id_column: str = "id"
+    # The loader names the id and target columns ID and TARGET, read from the data (task families'
+    # schema "discovered"): the output block writes those variables instead of the literal names.
+    discovered_names: bool = False
 
 
 def shuffle_split(n: int, test_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

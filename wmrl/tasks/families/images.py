@@ -87,6 +87,28 @@ X_train = featurize(np.stack([read_image(i) for i in train["__ID__"]]))
 X_test = featurize(np.stack([read_image(i) for i in test["__ID__"]]))
 '''
 
+# Schema "discovered": the one entry of DATA_DIR that is not a CSV or the description holds the images.
+_DISCOVER_READ = '''import io
+import zipfile
+
+from PIL import Image
+
+STORE = [name for name in sorted(os.listdir(DATA_DIR)) if not name.endswith((".csv", ".md"))][0]
+FOLDER = STORE.removesuffix(".zip")  # a folder, or a zip whose members sit in a folder of its name
+archive = zipfile.ZipFile(os.path.join(DATA_DIR, STORE)) if STORE.endswith(".zip") else None
+
+
+def read_image(image_id):
+    name = f"{FOLDER}/{image_id}.png"
+    if archive is not None:
+        blob = archive.read(name)
+    else:
+        with open(os.path.join(DATA_DIR, name), "rb") as handle:
+            blob = handle.read()
+    with Image.open(io.BytesIO(blob)) as image:
+        return np.asarray(image, dtype=np.float32) / 255.0
+'''
+
 _UNIFORM = {"weights": "uniform"}
 _REFERENCES = (
     ReferenceSpec("majority", "dummy_clf", {"strategy": "prior"}),
@@ -143,11 +165,12 @@ def _draw(rng: np.random.Generator, regime: str, label: int, k: int, size: int) 
     return canvas
 
 
-def image_classification(task_id: str, split: str, seed: int, rng: np.random.Generator) -> TaskData:
+def image_classification(task_id: str, split: str, seed: int, rng: np.random.Generator,
+                         schema: str = "literal") -> TaskData:
     regime = pick(rng, REGIMES)
     k = int(rng.integers(2, len(CLASSES[regime]) + 1))
     classes = ("left", "right") if regime == "position" and k == 2 else CLASSES[regime][:k]
-    surface = draw_surface(rng, problem_of(k))
+    surface = draw_surface(rng, problem_of(k), schema)
     size, n = pick(rng, (16, 20, 24, 28)), int(rng.integers(400, 901))
     noise = rng.uniform(20, 60)
     index = rng.choice(k, size=n, p=rng.dirichlet(np.full(k, 4.0)))
@@ -172,7 +195,10 @@ def image_classification(task_id: str, split: str, seed: int, rng: np.random.Gen
         f"the folder `{folder}/` (`{folder}/<{surface.id_column}>.png`)"
     data.data_notes = [(f"Each image is a {size}x{size} grayscale PNG in {where}; `{surface.train_file}` maps "
                         f"`{surface.id_column}` to `{target}`."), values_note(target, values, y, surface.output)]
-    read = (_READ_ZIP if zipped else _READ_FOLDER).replace("images", folder)  # the built-in pool's readers
-    data.loader = (_LOAD.replace("__READ__", read.strip()).replace("__TRAINTEST__", read_block(surface).strip())
+    if surface.discovered:
+        read, load = _DISCOVER_READ, _LOAD.replace('"__ID__"', "ID")
+    else:  # the built-in pool's readers
+        read, load = (_READ_ZIP if zipped else _READ_FOLDER).replace("images", folder), _LOAD
+    data.loader = (load.replace("__READ__", read.strip()).replace("__TRAINTEST__", read_block(surface).strip())
                    .replace("__ID__", surface.id_column) + tail_block(surface, target))
     return data

@@ -33,7 +33,8 @@ from wmrl.tasks.families.surface import MIN_REFERENCES
 
 FAMILIES_VERSION = "families-v1"
 HELDOUT_OFFSET = 500_000  # held-out seeds start here; an instance's index stays below it (MAX_INSTANCES)
-GENERATORS: dict[str, Callable[[str, str, int, np.random.Generator], TaskData]] = {
+# family -> generator(task_id, split, seed, rng, schema)
+GENERATORS: dict[str, Callable[[str, str, int, np.random.Generator, str], TaskData]] = {
     "tabular-binary": tabular.tabular_binary,
     "tabular-multiclass": tabular.tabular_multiclass,
     "regression": tabular.regression,
@@ -53,6 +54,7 @@ class FamilyInstance:
     split: str
     index: int  # the instance's number within its family and split
     seed: int
+    schema: str = "literal"  # tasks.families.schema: how the references get the file and column names
 
     @property
     def task_id(self) -> str:
@@ -60,7 +62,7 @@ class FamilyInstance:
 
     def make(self) -> TaskData:
         rng = np.random.default_rng([list(GENERATORS).index(self.family), self.seed])
-        return GENERATORS[self.family](self.task_id, self.split, self.seed, rng)
+        return GENERATORS[self.family](self.task_id, self.split, self.seed, rng, self.schema)
 
 
 def instances(cfg: FamiliesConfig) -> list[FamilyInstance]:
@@ -70,7 +72,8 @@ def instances(cfg: FamiliesConfig) -> list[FamilyInstance]:
     for split, count, offset in (("train", cfg.train, 0), ("heldout", cfg.heldout, HELDOUT_OFFSET)):
         for k in range(count):
             index = k // len(names)
-            out.append(FamilyInstance(names[k % len(names)], split, index, cfg.seed * 10**6 + offset + index))
+            out.append(FamilyInstance(names[k % len(names)], split, index, cfg.seed * 10**6 + offset + index,
+                                      cfg.schema))
     return out
 
 

@@ -3,6 +3,12 @@
 File names, the id column and its values, the metric with its submission format, and a sentence
 about the generating process (which modelling choice pays) vary from instance to instance; the
 frames are split and laid out by the built-in pool's own helpers (``wmrl.tasks.builtin.spec``).
+
+How the references get those names is the pool's ``tasks.families.schema``: ``literal`` writes the
+names the prompt states into the code (a policy must copy each one from its prompt), ``discovered``
+reads them from the data (the id column is ``sample_submission.csv``'s first, the training file is the
+CSV with the column the test file lacks, which is the target). The task, its data and its description
+are the same either way; only the references' text (and so what SFT teaches) differs.
 """
 
 from __future__ import annotations
@@ -43,12 +49,13 @@ class Surface:
     id_prefix: str
     metric: str
     output: str  # "label", "prob_binary", "prob_multi" or "value" (wmrl.tasks.builtin.refcode.OUTPUTS)
+    discovered: bool = False  # the references read the names from the data (schema "discovered"), not drawn
 
 
-def draw_surface(rng: np.random.Generator, problem: str) -> Surface:
+def draw_surface(rng: np.random.Generator, problem: str, schema: str = "literal") -> Surface:
     metric, output = pick(rng, METRICS[problem])
     return Surface(pick(rng, TRAIN_FILES), pick(rng, TEST_FILES), pick(rng, ID_COLUMNS), pick(rng, ID_PREFIXES),
-                   metric, output)
+                   metric, output, discovered=schema == "discovered")
 
 
 def problem_of(n_classes: int) -> str:
@@ -87,16 +94,30 @@ def task_data(task_id: str, name: str, split: str, category: str, surface: Surfa
         source=source, output=surface.output, train=frames[0], test=frames[1], answers=frames[2],
         sample_submission=frames[3], loader=loader, variants=variants, feature_choices=feature_choices,
         target=target, files=files or {}, data_notes=data_notes, train_file=surface.train_file,
-        test_file=surface.test_file, id_column=surface.id_column,
+        test_file=surface.test_file, id_column=surface.id_column, discovered_names=surface.discovered,
     )
 
 
+# Schema "discovered": every name a valid submission needs, read from the files in DATA_DIR.
+_DISCOVER_READ = '''sample = pd.read_csv(os.path.join(DATA_DIR, "sample_submission.csv"))
+tables = [pd.read_csv(os.path.join(DATA_DIR, name)) for name in sorted(os.listdir(DATA_DIR))
+          if name.endswith(".csv") and name != "sample_submission.csv"]
+train, test = sorted(tables, key=lambda table: len(table.columns), reverse=True)  # train also holds the target
+ID = sample.columns[0]
+TARGET = [column for column in train.columns if column not in test.columns][0]
+'''
+
+
 def read_block(surface: Surface) -> str:
-    """The loader's first lines: read both files (placeholders of the reference code filled in)."""
+    """The loader's first lines: read both files (and, discovered, name the id and target columns)."""
+    if surface.discovered:
+        return _DISCOVER_READ
     return (f'train = pd.read_csv(os.path.join(DATA_DIR, "{surface.train_file}"))\n'
             f'test = pd.read_csv(os.path.join(DATA_DIR, "{surface.test_file}"))\n')
 
 
 def tail_block(surface: Surface, target: str) -> str:
     """The loader's last lines: labels and test ids."""
+    if surface.discovered:
+        return "y_train = train[TARGET].to_numpy()\ntest_ids = test[ID]\n"
     return f'y_train = train["{target}"].to_numpy()\ntest_ids = test["{surface.id_column}"]\n'

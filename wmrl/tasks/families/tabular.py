@@ -242,10 +242,22 @@ def _table(rng: np.random.Generator, theme: Theme, anonymous: bool, regime: str,
     return _Table(frame, numeric, [name for name, _ in cats], int_coded, missing, latents)
 
 
+# Schema "discovered": the columns by dtype; integers with few distinct values are category codes.
+_DISCOVER_COLUMNS = '''COLUMNS = [column for column in test.columns if column != ID]
+CATEGORICAL = [column for column in COLUMNS if not pd.api.types.is_numeric_dtype(train[column])
+               or (pd.api.types.is_integer_dtype(train[column]) and train[column].nunique() <= MAX_CODES)]
+FEATURES = [column for column in COLUMNS if column not in CATEGORICAL]
+'''
+MAX_CODES = 12  # more levels than any theme's categorical column has; fewer than an integer measurement takes
+
+
 def _loader(surface: Surface, target: str, table: _Table) -> tuple[str, dict[str, str]]:
-    head = read_block(surface) + f"FEATURES = {table.numeric!r}\n"
-    if table.categorical:
-        head += f"CATEGORICAL = {table.categorical!r}\n"
+    if surface.discovered:
+        head = read_block(surface) + f"MAX_CODES = {MAX_CODES}\n" + _DISCOVER_COLUMNS
+    else:
+        head = read_block(surface) + f"FEATURES = {table.numeric!r}\n"
+        if table.categorical:
+            head += f"CATEGORICAL = {table.categorical!r}\n"
     choices = {k: v for k, v in _SELECT.items() if table.categorical or k in ("numeric", "one")}
     finish = _IMPUTE_TO_ARRAY if table.missing else _TO_ARRAY
     return head + "__FEATURES__" + finish + tail_block(surface, target), choices
@@ -274,12 +286,12 @@ def _notes(surface: Surface, target: str, table: _Table) -> list[str]:
     return notes
 
 
-def _instance(rng: np.random.Generator, task_id: str, split: str, seed: int, problem: str) -> TaskData:
+def _instance(rng: np.random.Generator, task_id: str, split: str, seed: int, problem: str, schema: str) -> TaskData:
     theme = pick(rng, THEMES)
     anonymous = bool(rng.random() < 0.35)
     regime = pick(rng, REGIMES)
     n = int(np.exp(rng.uniform(np.log(500), np.log(2500))))
-    surface = draw_surface(rng, problem)
+    surface = draw_surface(rng, problem, schema)
     noise = rng.uniform(0.2, 0.9)
     if problem == "regression":
         target, what, title = theme.regression
@@ -321,13 +333,13 @@ def _instance(rng: np.random.Generator, task_id: str, split: str, seed: int, pro
     )
 
 
-def tabular_binary(task_id: str, split: str, seed: int, rng: np.random.Generator) -> TaskData:
-    return _instance(rng, task_id, split, seed, "binary")
+def tabular_binary(task_id: str, split: str, seed: int, rng: np.random.Generator, schema: str = "literal") -> TaskData:
+    return _instance(rng, task_id, split, seed, "binary", schema)
 
 
-def tabular_multiclass(task_id: str, split: str, seed: int, rng: np.random.Generator) -> TaskData:
-    return _instance(rng, task_id, split, seed, "multiclass")
+def tabular_multiclass(task_id: str, split: str, seed: int, rng: np.random.Generator, schema: str = "literal") -> TaskData:
+    return _instance(rng, task_id, split, seed, "multiclass", schema)
 
 
-def regression(task_id: str, split: str, seed: int, rng: np.random.Generator) -> TaskData:
-    return _instance(rng, task_id, split, seed, "regression")
+def regression(task_id: str, split: str, seed: int, rng: np.random.Generator, schema: str = "literal") -> TaskData:
+    return _instance(rng, task_id, split, seed, "regression", schema)

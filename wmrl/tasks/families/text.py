@@ -69,6 +69,8 @@ if DENSE:
     X_train, X_test = X_train.toarray(), X_test.toarray()
 '''
 
+_DISCOVER_TEXT = "TEXT = [column for column in test.columns if column != ID][0]  # the one input column\n"
+
 _UNIFORM = {"weights": "uniform"}
 _REFERENCES = (
     ReferenceSpec("majority", "dummy_clf", {"strategy": "prior"}),
@@ -155,20 +157,22 @@ def _suffixes(rng: np.random.Generator, n: int, k: int) -> tuple[list[str], np.n
 _CORPORA = {"keywords": _keywords, "negation": _negation, "suffixes": _suffixes}
 
 
-def text_classification(task_id: str, split: str, seed: int, rng: np.random.Generator) -> TaskData:
+def text_classification(task_id: str, split: str, seed: int, rng: np.random.Generator,
+                        schema: str = "literal") -> TaskData:
     regime = pick(rng, tuple(THEMES))
     title, columns, all_classes, summary = pick(rng, THEMES[regime])
     k = int(rng.integers(2, 4)) if regime == "negation" else int(rng.integers(2, 6))
     classes = (all_classes[0], all_classes[2]) if regime == "negation" and k == 2 else all_classes[:k]
-    surface = draw_surface(rng, problem_of(k))
+    surface = draw_surface(rng, problem_of(k), schema)
     column, target = pick(rng, columns), pick(rng, ("label", "category", "class", "target"))
     n = int(np.exp(rng.uniform(np.log(600), np.log(2000))))
     texts, index = _CORPORA[regime](rng, n, k)
     values = label_values(rng, classes, surface.output)
     y = np.array(values, dtype=object)[index]
     y = y.astype(int) if isinstance(values[0], int) else y.astype(str)
-    loader = (LOADER.replace("__READ__", read_block(surface)).replace("__TEXT__", column)
-              + tail_block(surface, target))
+    read = read_block(surface) + (_DISCOVER_TEXT if surface.discovered else "")
+    text = "TEXT" if surface.discovered else f'"{column}"'
+    loader = LOADER.replace("__READ__", read).replace('"__TEXT__"', text) + tail_block(surface, target)
     notes = [(f"`{surface.train_file}` holds the id column `{surface.id_column}`, the document in `{column}` "
               f"(lower-case words separated by spaces) and the target `{target}`."),
              values_note(target, values, y, surface.output)]
