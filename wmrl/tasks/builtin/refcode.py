@@ -153,13 +153,15 @@ def make_code(data: TaskData, variant: ReferenceSpec) -> str:
         raise KeyError(f"{data.task_id}/{variant.name}: unknown feature choice {variant.features!r}")
     loader = data.loader.replace("__FEATURES__", data.feature_choices[variant.features])
     weak = " (deliberately weak)" if variant.weak else ""
+    fit = FIT.replace("__MODEL__", expression.format(**variant.params))
+    discovered = data.reference_style == "discovered"
     parts = [
         HEADER.format(name=variant.name, task_id=data.task_id, weak=weak),
-        imports,
+        "" if discovered else imports,
         loader.strip() + "\n",
         f"FRACTION = {variant.fraction!r}\n" + SUBSET,
         SHUFFLE if variant.shuffle_labels else "",
-        FIT.replace("__MODEL__", expression.format(**variant.params)),
+        imports + fit if discovered else fit,  # import and constructor adjacent: written together
         _output_block(data),
     ]
     return "\n".join(part for part in parts if part)
@@ -167,6 +169,6 @@ def make_code(data: TaskData, variant: ReferenceSpec) -> str:
 
 def _output_block(data: TaskData) -> str:
     block = OUTPUTS[data.output]
-    if data.discovered_names:  # the loader's ID and TARGET variables, not the names as literals
+    if data.reference_style == "discovered":  # the loader's ID and TARGET variables, not literal names
         block = block.replace('"__ID__"', "ID").replace('"__TARGET__"', "TARGET").replace("__TARGET__", "{TARGET}")
     return block.replace("__TARGET__", data.target).replace("__ID__", data.id_column)

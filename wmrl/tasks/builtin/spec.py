@@ -46,9 +46,10 @@ class TaskData:
     train_file: str = "train.csv"
     test_file: str = "test.csv"
     id_column: str = "id"
-    # The loader names the id and target columns ID and TARGET, read from the data (task families'
-    # schema "discovered"): the output block writes those variables instead of the literal names.
-    discovered_names: bool = False
+    # "literal": the code names files and columns as the prompt does, the model's import at the top.
+    # "discovered" (task families' schema "discovered"): the loader reads the names from the data and
+    # calls the id and target columns ID and TARGET; the model's import sits just above the model.
+    reference_style: str = "literal"
 
 
 def shuffle_split(n: int, test_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
