@@ -52,6 +52,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     cfg = load_config(args.config, args.overrides)
+    if cfg.tasks.families.schema != "literal":
+        parser.error(f"tasks.families.schema is {cfg.tasks.families.schema!r}: the references read the names from "
+                     "the data, so there is no name to copy; add tasks.families.schema=literal")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     pool = load_pool(ensure_pool(cfg.tasks, progress=False))
