@@ -6,6 +6,8 @@ OUT/summary.json.
     nice -n 10 python scripts/adaptive_table.py --scenarios default --seeds 20 --out results/simulate/adaptive
     nice -n 10 python scripts/adaptive_table.py --scenarios all --seeds 3 --out results/simulate/adaptive
     python scripts/adaptive_table.py --summarise --out results/simulate/adaptive
+    nice -n 10 python scripts/adaptive_table.py --seeds 20 --workers 1 --arms "wmrl fixed anchor_frac=0.25,..."
+    python scripts/adaptive_table.py --scan --out results/simulate/adaptive   # the SCAN_ARMS: scan.md
 
 "wmrl adaptive" is ``algorithm.anchor_rule=adaptive algorithm.on_flat_world_model=anchors_only`` (whole
 groups, at least ``min_anchor_groups`` = 1 every step); "wmrl adaptive (rate)" adds the rule's rate form,
@@ -33,6 +35,12 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
                                       "algorithm.anchor_max_gap=4", "algorithm.min_anchor_groups=0")),
 }
 ADAPTIVE_ARMS: tuple[str, ...] = ("wmrl adaptive", "wmrl adaptive (rate)")
+# Fixed wmrl at a larger anchor fraction or anchor-weight cap (round 18: does either close fixed wmrl's
+# score gap to grpo_real?). Run with --arms, summarised by --scan into scan.md; not in the table.
+SCAN_ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    **{f"wmrl fixed anchor_frac={v}": ("wmrl", (f"algorithm.anchor_frac={v}",)) for v in ("0.25", "0.5")},
+    **{f"wmrl fixed w_max={v}": ("wmrl", (f"algorithm.w_max={v}",)) for v in ("8", "16")},
+}
 # The history is logged every step (it only reads the state), so the mean anchor fraction is exact.
 LOG_EVERY_STEP = ("simulator.log_every=1",)
 
@@ -44,7 +52,7 @@ def _run(job: tuple[str, str, int]) -> dict:
 
     logging.disable(logging.WARNING)  # the audit's warnings are in the record
     scenario, arm, seed = job
-    variant, extra = ARMS[arm]
+    variant, extra = {**ARMS, **SCAN_ARMS}[arm]
     cfg = load_config(None, [*get_scenario(scenario).overrides, *extra, *LOG_EVERY_STEP])
     r = train(cfg, variant, seed)
     audit = r.audit or {}
@@ -134,6 +142,43 @@ def summarise(out: Path) -> None:
     print("\n".join(lines))
 
 
+def summarise_scan(out: Path, scenario: str = "default") -> None:
+    """SCAN_ARMS against grpo_real and wmrl fixed on ``scenario``, paired by seed: scan.md and scan.json."""
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line]
+    by = {}
+    for r in rows:
+        if r["scenario"] == scenario:
+            by.setdefault(r["arm"], {})[r["seed"]] = r
+    arms = ["grpo_real", "wmrl fixed", *[a for a in SCAN_ARMS if a in by], "wmrl adaptive (rate)"]
+    seeds = sorted(set.intersection(*(set(by[a]) for a in arms)))
+    real = float(np.mean([by["grpo_real"][s]["gpu_hours"] for s in seeds]))
+    lines = [f"# Fixed wmrl with more anchors or a higher anchor-weight cap ({scenario}, {len(seeds)} seeds, paired)", "",
+             "Does a larger `algorithm.anchor_frac` or `algorithm.w_max` close fixed wmrl's score gap to grpo_real? "
+             "Score: final expected true score, mean ± SE; the differences are paired by seed (SE of the per-seed "
+             "differences). GPU-h modelled by `simulator.cost`. Within 1 SE: the difference to grpo_real is "
+             "at least minus its SE.", "",
+             "| arm | score | − grpo_real | − wmrl fixed | GPU-h | grpo_real ÷ arm (total) | GPU-h to target (n) | within 1 SE |",
+             "|---|---|---|---|---|---|---|---|"]
+    summary = {"scenario": scenario, "seeds": seeds, "arms": {}}
+    for a in arms:
+        rs = [by[a][s] for s in seeds]
+        m, se = _mean_se([r["score"] for r in rs])
+        dr = _mean_se([by[a][s]["score"] - by["grpo_real"][s]["score"] for s in seeds]) if a != "grpo_real" else (0.0, 0.0)
+        df = _mean_se([by[a][s]["score"] - by["wmrl fixed"][s]["score"] for s in seeds]) if a != "wmrl fixed" else (0.0, 0.0)
+        gh = float(np.mean([r["gpu_hours"] for r in rs]))
+        tg = [r["target_gpu_hours"] for r in rs if r["target_gpu_hours"] is not None]
+        within = a == "grpo_real" or dr[0] >= -dr[1]
+        summary["arms"][a] = {"score": [m, se], "diff_real": list(dr), "diff_fixed": list(df), "gpu_hours": gh,
+                              "real_over_arm": real / gh, "target_gpu_hours": float(np.mean(tg)) if tg else None,
+                              "reached": len(tg), "within_1se_of_real": within}
+        lines.append(f"| {a} | {m:.4f} ± {se:.4f} | {dr[0]:+.4f} ± {dr[1]:.4f} | {df[0]:+.4f} ± {df[1]:.4f} | {gh:.0f} | "
+                     f"{real / gh:.2f}× | {'-' if not tg else f'{np.mean(tg):.0f}'} ({len(tg)}) | "
+                     f"{'yes' if within else 'no'} |")
+    (out / "scan.md").write_text("\n".join(lines) + "\n")
+    (out / "scan.json").write_text(json.dumps(summary, indent=1))
+    print("\n".join(lines))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default="default")
@@ -143,10 +188,11 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("results/simulate/adaptive"))
     p.add_argument("--summarise", action="store_true")
+    p.add_argument("--scan", action="store_true", help="summarise the SCAN_ARMS runs into scan.md")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.summarise:
-        summarise(args.out)
+    if args.summarise or args.scan:
+        summarise_scan(args.out) if args.scan else summarise(args.out)
         return
     from wmrl.simulate.scenarios import SCENARIOS
 

@@ -108,6 +108,14 @@ def test_the_step_executes_the_rules_count_and_progress_shows_it(tmp_path):
     assert snap["anchor/frac"] == planned[-1] / 10 and snap["anchor/reason"] >= 0
 
 
+@pytest.mark.parametrize("variant, groups", [("grpo_real", 10), ("pure_wm", 0)])
+def test_progress_shows_what_a_variant_without_anchor_groups_executes(tmp_path, variant, groups):
+    shell, _, executed = _shell_run(tmp_path, 2, f"algorithm.variant={variant}")
+    p = shell.progress()
+    assert executed == [groups, groups] and p["anchor_frac"] == groups / 10
+    assert p["anchor_reason"] == f"{'every' if groups else 'no'} group executed ({variant})"
+
+
 def test_resume_restores_the_next_anchor_count_exactly(tmp_path):
     shell, _, _ = _shell_run(tmp_path, 9, "algorithm.anchor_rule=adaptive")
     shell.calibrator.save()

@@ -150,6 +150,12 @@ class LoopShell:
         audit = read_audit(self.directory) if self.directory is not None else None
         # after a resume, the decision the calibration state was saved with until the next step decides
         last = self.last_decision or (self.calibrator.anchor if self.calibrator is not None else None)
+        if last is not None and (self.variant.all_anchor or not self.variant.needs_anchors):
+            # no rule decides here: grpo_real executes every group, pure_wm none
+            m = self.alg.groups_per_step
+            everything = self.variant.all_anchor
+            last = AnchorDecision(m if everything else 0, last.reason,
+                                  f"{'every' if everything else 'no'} group executed ({self.variant.name})")
         return {
             "rho": _finite(snap.get("rho")), "n_pairs": _finite(snap.get("n_pairs")),
             "n_refits": _finite(snap.get("n_refits")), "eta2": _finite(snap.get("eta2")),
