@@ -153,10 +153,10 @@ def summarise_scan(out: Path, scenario: str = "default") -> None:
     seeds = sorted(set.intersection(*(set(by[a]) for a in arms)))
     real = float(np.mean([by["grpo_real"][s]["gpu_hours"] for s in seeds]))
     lines = [f"# Fixed wmrl with more anchors or a higher anchor-weight cap ({scenario}, {len(seeds)} seeds, paired)", "",
-             "Does a larger `algorithm.anchor_frac` or `algorithm.w_max` close fixed wmrl's score gap to grpo_real? "
-             "Score: final expected true score, mean ± SE; the differences are paired by seed (SE of the per-seed "
-             "differences). GPU-h modelled by `simulator.cost`. Within 1 SE: the difference to grpo_real is "
-             "at least minus its SE.", "",
+             ("Does a larger `algorithm.anchor_frac` or `algorithm.w_max` close fixed wmrl's score gap to grpo_real? "
+              "Score: final expected true score, mean ± SE; the differences are paired by seed (SE of the per-seed "
+              "differences). GPU-h modelled by `simulator.cost`. Within 1 SE: the difference to grpo_real is "
+              "at least minus its SE."), "",
              "| arm | score | − grpo_real | − wmrl fixed | GPU-h | grpo_real ÷ arm (total) | GPU-h to target (n) | within 1 SE |",
              "|---|---|---|---|---|---|---|---|"]
     summary = {"scenario": scenario, "seeds": seeds, "arms": {}}
