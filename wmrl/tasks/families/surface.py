@@ -94,7 +94,8 @@ def task_data(task_id: str, name: str, split: str, category: str, surface: Surfa
         source=source, output=surface.output, train=frames[0], test=frames[1], answers=frames[2],
         sample_submission=frames[3], loader=loader, variants=variants, feature_choices=feature_choices,
         target=target, files=files or {}, data_notes=data_notes, train_file=surface.train_file,
-        test_file=surface.test_file, id_column=surface.id_column, reference_style="discovered" if surface.discovered else "literal",
+        test_file=surface.test_file, id_column=surface.id_column,
+        reference_style="discovered" if surface.discovered else "literal",
     )
 
 
