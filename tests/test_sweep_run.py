@@ -27,6 +27,15 @@ def test_spec_expands_grid_times_variants_times_seeds(tmp_path):
     assert "wmrl_anchor_frac=0.4_w_max=1_s1" in names and "grpo_real_s0" in names
 
 
+def test_runs_go_seed_by_seed_so_a_sweep_cut_short_holds_whole_pairs(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    names = [r.name for r in spec.runs]
+    # every setting of seed 0 (the spec's order within a seed) before any run of seed 1
+    assert names[:5] == ["wmrl_anchor_frac=0.1_w_max=1_s0", "wmrl_anchor_frac=0.1_w_max=4_s0",
+                         "wmrl_anchor_frac=0.4_w_max=1_s0", "wmrl_anchor_frac=0.4_w_max=4_s0", "grpo_real_s0"]
+    assert {r.seed for r in spec.runs[5:]} == {1}
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
 def test_committed_sweep_specs_expand_into_valid_run_configs(path, tmp_path):
     """The README and results name these specs: a typo in one must fail here, not minutes into a sweep."""

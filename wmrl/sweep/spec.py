@@ -143,7 +143,14 @@ def _expand(spec: SweepSpec) -> list[RunSpec]:
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise _fail(spec.source, f"runs listed twice: {', '.join(dup[:5])}")
-    return runs
+    return seed_major(runs)
+
+
+def seed_major(runs: list[RunSpec]) -> list[RunSpec]:
+    """The runs seed by seed (each seed's runs in the spec's order): a sweep cut short, or read while it
+    runs, holds every setting of its first seeds, so its comparisons pair by seed from the first pair on."""
+    first_seen = {seed: i for i, seed in reversed(list(enumerate(r.seed for r in runs)))}
+    return sorted(runs, key=lambda r: first_seen[r.seed])
 
 
 def load_spec(path: str | Path) -> SweepSpec:
