@@ -56,7 +56,7 @@ from wmrl.rollout import Submission
 from wmrl.sandbox import limits_from_config, make_backend
 from wmrl.sandbox.probe import probe_runtime
 from wmrl.sft.data import spread_references
-from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+from wmrl.tasks.pool import ensure_pool, load_pool
 from wmrl.world_model.backends import InProcessBackend
 from wmrl.world_model.env import TaskCase, WorldModelEnvironment
 from wmrl.world_model.memory import ExecutedMemory
@@ -281,7 +281,7 @@ def main() -> int:
 
     started = time.perf_counter()
     cfg = load_config(args.config or str(DEFAULT_CONFIG), args.overrides)  # the prompts the run will use
-    root = ensure_builtin_pool(cfg.tasks.root or None, progress=True)
+    root = ensure_pool(cfg.tasks, progress=True)  # the pool the config names (tasks.pool)
     tasks = load_pool(root)
     by_id = {t.task_id: t for t in tasks}
     train = [t for t in tasks if t.split == "train"]

@@ -41,7 +41,7 @@ def main() -> None:
     from wmrl.sft.data import run_context
     from wmrl.sft.pipeline import initial_policy_path
     from wmrl.tasks import load_pool, task_overview
-    from wmrl.tasks.pool import ensure_builtin_pool
+    from wmrl.tasks.pool import ensure_pool
 
     model, overrides = split_config_args(args.args)
     cfg = load_config(args.config or str(DEFAULT_CONFIG), overrides)  # the prompts the run will use
@@ -50,7 +50,7 @@ def main() -> None:
     chat = ChatTokens(gen.tokenizer)
     agent_ctx, _, _ = run_context(cfg)
     system = system_prompt(agent_ctx, cfg.agent.prompt_style)
-    tasks = load_pool(ensure_builtin_pool(cfg.tasks.root or None, progress=False), split="train")
+    tasks = load_pool(ensure_pool(cfg.tasks, progress=False), split="train")
     backend, limits = make_backend(cfg.sandbox), limits_from_config(cfg.sandbox)
     rows = []
     started = time.perf_counter()

@@ -151,7 +151,7 @@ def main() -> None:
     from wmrl.sft.data import run_context
     from wmrl.sft.pipeline import initial_policy_path
     from wmrl.tasks.overview import task_overview
-    from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.tasks.pool import ensure_pool, load_pool
     from wmrl.world_model.prompts import check_messages, get_checks, simulator_system_prompt
     from wmrl.world_model_data.variants import all_references
 
@@ -175,7 +175,7 @@ def main() -> None:
     model_dir = Path(args.model) if args.model else initial_policy_path(cfg, progress=False)
     tokenizer = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tasks = load_pool(ensure_builtin_pool(cfg.tasks.root or None, progress=False))
+    tasks = load_pool(ensure_pool(cfg.tasks, progress=False))
     overviews = {t.task_id: task_overview(t) for t in tasks}
     _, simulator, _ = run_context(cfg)
     system = simulator_system_prompt(simulator, wm.prompt_style)

@@ -104,12 +104,12 @@ def sft(cfg: Any) -> dict[str, Any]:
     from wmrl.sft.data import build_sft_data, run_context
     from wmrl.sft.engine import default_sft_dir, sft_hash
     from wmrl.sft.example import examples_digest
-    from wmrl.tasks.pool import ensure_builtin_pool, load_pool
+    from wmrl.tasks.pool import ensure_pool, load_pool
     from wmrl.world_model_data.examples import executed_outcomes, world_model_sft_variants
 
     base, _ = ensure_tiny_model(cfg.model, cfg.tasks.root)
     examples = build_sft_data(cfg, load_tokenizer(base), max_tokens=cfg.sft.pack_tokens, progress=False).examples
-    tasks = load_pool(ensure_builtin_pool(cfg.tasks.root or None, progress=False))
+    tasks = load_pool(ensure_pool(cfg.tasks, progress=False))
     runtime = run_context(cfg)[2]
     variants = world_model_sft_variants([t for t in tasks if t.split == "train"], cfg.world_model, runtime)
     outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress=False)  # cached by content
@@ -126,10 +126,10 @@ def sft(cfg: Any) -> dict[str, Any]:
 def fingerprint(config: str | None, overrides: list[str], with_sft: bool) -> dict[str, Any]:
     from wmrl.config import load_config
     from wmrl.configs import TINY_CONFIG
-    from wmrl.tasks.pool import ensure_builtin_pool
+    from wmrl.tasks.pool import ensure_pool
 
     cfg = load_config(config or str(TINY_CONFIG), overrides)  # the default of `wmrl train` and `wmrl sft`
-    pool = ensure_builtin_pool(cfg.tasks.root or None)
+    pool = ensure_pool(cfg.tasks)
     found = {"machine": machine(), "versions": versions(), "base_model": base_model(cfg, pool),
              "leaderboards": leaderboards(pool)}
     if with_sft:
