@@ -101,6 +101,50 @@ def heldout_summary(runs: list[Path], seeds: list[int]) -> dict[str, Any]:
             "heldout_paired_gain_mean": gain.mean, "heldout_paired_gain_ci95": list(gain.ci95)}
 
 
+def world_model_in_run(runs: list[Path]) -> dict[str, Any] | None:
+    """How well the run's world model ranked what the policy really wrote: its anchor pairs (r_hat, r), on the
+    training tasks (the anchor groups), pooled over ``runs``. None when no run has anchor pairs.
+
+    ``spearman_per_run``: rank correlation of r_hat with r in each run; ``within_group_concordance``: of the
+    pairs of trajectories of one group with different real scores, the share r_hat orders the same way (what
+    a group-relative advantage needs); ``verbatim_share``: pairs with r_hat == r (the memory answered with
+    the real score of that very code); ``bias_mean``: mean r_hat - r (what the calibration must remove)."""
+    from scipy.stats import spearmanr
+
+    from wmrl.calibration.pool import LOG_NAME, read_log
+
+    per_run, every, agree, total = [], [], 0, 0
+    for run in runs:
+        if not (run / "calibration" / LOG_NAME).is_file():
+            continue
+        seen: dict[str, Any] = {}
+        for _, batch, _ in read_log(run / "calibration"):
+            for pair in batch:
+                seen.setdefault(pair.pair_id, pair)  # the pool's rule: the first record of an id counts
+        pairs = list(seen.values())
+        if len(pairs) >= 3:
+            per_run.append(float(spearmanr([p.predicted for p in pairs], [p.true for p in pairs])[0]))
+        groups: dict[str, list[Any]] = {}
+        for p in pairs:
+            groups.setdefault(p.group_id, []).append(p)
+        for members in groups.values():
+            for a, x in enumerate(members):
+                for y in members[a + 1:]:
+                    if x.true != y.true:
+                        total += 1
+                        agree += bool(np.sign(x.predicted - y.predicted) == np.sign(x.true - y.true))
+        every += pairs
+    if not every:
+        return None
+    predicted, true = np.array([p.predicted for p in every]), np.array([p.true for p in every])
+    return {"what": "anchor pairs (r_hat, r) of the runs, on training tasks", "runs": len(per_run),
+            "pairs": len(every), "spearman_per_run": per_run,
+            "spearman_mean": float(np.mean(per_run)) if per_run else None,
+            "within_group_concordance": agree / total if total else None, "within_group_pairs": total,
+            "verbatim_share": float(np.mean(np.abs(predicted - true) < 1e-6)),
+            "bias_mean": float(np.mean(predicted - true)), "valid_share": float(np.mean(true > 0))}
+
+
 def memory_build_hours(runs: list[Path], record: Path | None) -> tuple[float, dict[str, Any]]:
     """(CPU-hours, the record) of the memory's one-time build: generation of its policy samples plus its
     own executions. ``record`` (a ``memory_build.json``) overrides the runs' own records."""
@@ -162,6 +206,13 @@ def headline(sweep: Path, memory_record: Path | None = None, one_time: tuple[flo
                                 "executions (once per SFT build)", **build}
     ref["one_time"] = {"what": "none beyond the SFT, which both variants share"}
     diff = paired(dict(zip(ref["seeds"], ref["score_per_seed"])), dict(zip(cand["seeds"], cand["score_per_seed"])))
+    heldout_diff = paired(*({s: x for s, x in zip(v["seeds"], v["heldout_after_per_seed"]) if x is not None}
+                            for v in (ref, cand)))
+    if heldout_diff.n:  # wmrl - grpo_real on the held-out tasks after training (the paper's metric)
+        cand.update(heldout_paired_diff=heldout_diff.to_dict(),
+                    heldout_within_1se_of_grpo_real=bool(heldout_diff.n >= 2
+                                                         and heldout_diff.mean >= -heldout_diff.se))
+    cand["world_model_in_run"] = world_model_in_run(runs[CANDIDATE])
     cand.update(paired_diff_mean=diff.mean, paired_diff_ci95=list(diff.ci95), paired=diff.to_dict(),
                 cpu_hours_vs_grpo_real=cand["cpu_hours_mean"] / ref["cpu_hours_mean"],
                 cpu_hours_vs_grpo_real_amortised=cand["cpu_hours_mean_amortised"] / ref["cpu_hours_mean_amortised"],
@@ -249,6 +300,21 @@ def markdown(h: dict[str, Any], command: str) -> str:
         heldout_rows.append(f"| {name} | {_number(v['heldout_before_mean'])} | {_number(v['heldout_after_mean'])} ± "
                             f"{_number(v['heldout_after_se'])} | [{glo:+.3f}, {ghi:+.3f}] | "
                             f"{'-' if share is None else _pct(share)} |")
+    d = cand.get("heldout_paired_diff")
+    if d:
+        verdict = "within" if cand["heldout_within_1se_of_grpo_real"] else "not within"
+        heldout_rows += ["", (f"Held-out after, {CANDIDATE} - {REFERENCE} paired by seed ({d['n']} pairs): "
+                              f"{d['mean']:+.3f} ± {d['se']:.3f} (s.e.), 95% CI [{d['ci95'][0]:+.3f}, "
+                              f"{d['ci95'][1]:+.3f}]: {verdict} 1 s.e. of {REFERENCE}.")]
+    wm = cand.get("world_model_in_run")
+    if wm:
+        conc = wm["within_group_concordance"]
+        heldout_rows += ["", (f"The world model in the {CANDIDATE} runs ({wm['what']}; {wm['pairs']} pairs, "
+                              f"{wm['runs']} runs): Spearman(r_hat, r) {_number(wm['spearman_mean'])} (mean over "
+                              f"runs), within-group order right for {'-' if conc is None else _pct(conc)} of "
+                              f"{wm['within_group_pairs']} pairs of trajectories with different real scores, "
+                              f"{_pct(wm['verbatim_share'])} answered verbatim (the memory held that code), "
+                              f"mean r_hat - r {wm['bias_mean']:+.3f} before calibration.")]
     return "\n".join([
         "# The headline: wmrl against grpo_real, both reusing executions", "",
         f"Report: `{command}`. {h['score']}. {h['cost']}.", "",

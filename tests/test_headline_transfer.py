@@ -12,6 +12,7 @@ from script_support import load_script
 from test_headline import _evaluation, _sweep
 
 from wmrl.agent.records import write_rollouts
+from wmrl.calibration.pool import AnchorPair, AnchorPool
 from wmrl.rollout import Trajectory
 
 HELDOUT = {"grpo_real": {0: (0.10, 0.20), 1: (0.10, 0.30), 2: (0.20, 0.30)},  # seed: (before, after)
@@ -48,3 +49,35 @@ def test_headline_reports_the_heldout_gain_paired_by_seed_and_the_distinct_code_
     assert w["heldout_paired_gain_ci95"][0] < 0 < w["heldout_paired_gain_ci95"][1]  # gains 0.05, 0, 0.05
     assert g["cpu_hours_mean"] == pytest.approx(0.2) and w["cpu_hours_mean"] == pytest.approx(0.15)
     assert "Held-out tasks (1 of the `builtin` pool" in (out / "headline.md").read_text()
+
+
+# (r_hat, r) per trajectory of group "0/1" of each wmrl run: the same group id in two runs is two groups
+PAIRS = {"wmrl_s0": [(0.9, 0.8), (0.5, 0.6), (0.6, 0.0)], "wmrl_s1": [(0.4, 0.4), (0.3, 0.4), (0.1, 0.0)]}
+
+
+def test_headline_pairs_the_heldout_scores_across_variants_and_reads_the_world_models_anchor_pairs(tmp_path: Path):
+    sweep = _sweep(tmp_path)
+    for run in sorted((sweep / "runs").iterdir()):
+        variant, seed = run.name.rsplit("_s", 1)
+        before, after = HELDOUT[variant][int(seed)]
+        _evaluation(run, "before", 0, "heldout", [before])
+        _evaluation(run, "after", 2, "heldout", [after])
+    for name, scored in PAIRS.items():  # written by the pool a run writes them with
+        AnchorPool(sweep / "runs" / name / "calibration").add(
+            [AnchorPair(f"0/1/{i}", 0, "t", "0/1", str(i), p, r) for i, (p, r) in enumerate(scored)])
+    out = tmp_path / "out"
+    assert load_script("headline").main([str(sweep), "--out", str(out)]) == 0
+    w = json.loads((out / "headline.json").read_text())["variants"]["wmrl"]
+    # held-out after, wmrl - grpo_real by seed: -0.05, -0.20, -0.05: mean -0.1, s.e. 0.05
+    d = w["heldout_paired_diff"]
+    assert d["n"] == 3 and d["mean"] == pytest.approx(-0.1) and d["se"] == pytest.approx(0.05)
+    assert w["heldout_within_1se_of_grpo_real"] is False
+    wm = w["world_model_in_run"]
+    assert wm["pairs"] == 6 and wm["runs"] == 2
+    # s0 orders 2 of its 3 pairs right (0.5 < 0.6 but 0.6 > 0.0), s1 both of its 2 (0.4 = 0.4 is no pair)
+    assert wm["within_group_concordance"] == pytest.approx(4 / 5) and wm["within_group_pairs"] == 5
+    assert wm["spearman_per_run"] == pytest.approx([0.5, 0.75**0.5])
+    assert wm["verbatim_share"] == pytest.approx(1 / 6) and wm["bias_mean"] == pytest.approx(0.1)
+    md = (out / "headline.md").read_text()
+    assert "-0.100 ± 0.050 (s.e.)" in md and "not within 1 s.e. of grpo_real" in md
+    assert "within-group order right for 80% of 5 pairs" in md
