@@ -5,8 +5,12 @@ Tests build a handful of instances (one of each family plus one held-out), never
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -230,3 +234,27 @@ def test_a_build_in_worker_processes_writes_the_same_bytes_as_one_at_a_time(tmp_
         assert (tmp_path / "parallel" / relative).read_bytes() == (tmp_path / "serial" / relative).read_bytes(), relative
     assert sorted(p.relative_to(tmp_path / "parallel") for p in (tmp_path / "parallel").rglob("*")
                   if p.is_file()) == files
+
+
+UNGUARDED_SCRIPT = """
+import sys
+from pathlib import Path
+
+from wmrl.tasks.config import FamiliesConfig
+from wmrl.tasks.pool import ensure_families_pool
+
+# no `if __name__ == "__main__":`: each spawned build worker runs this again
+ensure_families_pool(FamiliesConfig(train=2, heldout=1), Path(sys.argv[1]), progress=False)
+"""
+
+
+def test_a_script_that_asks_for_the_pool_unguarded_fails_with_the_fix_instead_of_hanging(tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the build runs in-process, no spawned worker re-runs the script")
+    script = tmp_path / "build_unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    # Before the fix each worker waited for ever on the lock its parent held, and the parent for them.
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "pool")], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, check=False)
+    assert done.returncode != 0
+    assert 'put the script\'s code under `if __name__ == "__main__":`' in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import multiprocessing
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -123,6 +124,13 @@ def _build_once(root: Path, complete: Callable[[Path], bool], build: Callable[[P
     """
     if complete(root):
         return root
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # A build's worker is starting (spawn) and re-running the caller's script, which asks for the pool
+        # again: it would wait for ever on the lock its parent holds while the parent waits for it.
+        raise RuntimeError(
+            f"the task pool {root} is being built by this process's parent, whose script asks for it again "
+            "in each build worker: put the script's code under `if __name__ == \"__main__\":` (a build "
+            "starts its workers with multiprocessing's spawn, which re-runs the main module)")
     root.parent.mkdir(parents=True, exist_ok=True)
     lock_path = root.with_name(f".{root.name}.lock")
     with open(lock_path, "a+") as lock:
