@@ -55,6 +55,13 @@ class EvalReport:
         out["tasks"] = [{**asdict(t), "mean": t.mean} for t in self.tasks]
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalReport:
+        """The report ``to_dict`` wrote (its per-task ``mean`` is recomputed, not read)."""
+        tasks = [TaskScore(t["task_id"], t["category"], list(t["scores"]), int(t.get("failed", 0)))
+                 for t in data["tasks"]]
+        return cls(**{**{k: v for k, v in data.items() if k != "tasks"}, "tasks": tasks})
+
     def metrics(self, prefix: str) -> dict[str, float]:
         """Flat metrics for MLflow: ``{prefix}/score``, ``{prefix}/<category>``, ``{prefix}/task/<id>``."""
         out = {f"{prefix}/score": self.score, f"{prefix}/sample_mean": self.sample_mean,

@@ -25,6 +25,11 @@ class TrainConfig(Section):
     eval_split: str = field(default="both", metadata=choice(EVAL_SPLITS))
     # Evaluate at most this many tasks per split (0 = all), for quick checks
     eval_tasks: int = field(default=0, metadata=in_range(0))
+    # The evaluation before the first step is measured once per initial policy (and split, k, seed,
+    # sampling, agent, sandbox) and read back by later runs from the same start under the same runs root,
+    # e.g. the other variants of a paired sweep's seed (wmrl/trainers/llm/shared_eval.py;
+    # <runs_root>/.initial_evals). Evaluation is not charged to a run's compute either way.
+    share_initial_eval: bool = True
     # Learner checkpoint (model, optimizer, RNG) every this many steps; a requeued run resumes at the
     # last one and replays the steps after it. 1 = every step (cheap at the tiny scale).
     save_every: int = field(default=1, metadata=in_range(1))

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,14 @@ from wmrl.evaluation import EvalReport, evaluate_split
 from wmrl.execution.executed import ExecutedEnvironment, Runner
 from wmrl.io import append_line_durable
 from wmrl.loop import LoopShell
+from wmrl.models.cache import built_hash
 from wmrl.step import PHASES, StepResult, step_seconds_key
 from wmrl.storage.rundir import RunDir
+from wmrl.tasks.pool import resolve_pool_root
 from wmrl.trainers.common import RunTotals, write_run_plots
 from wmrl.trainers.llm.assembly import assemble
 from wmrl.trainers.llm.names import COST_SOURCE, EVALS, LEARNER_DIR
+from wmrl.trainers.llm.shared_eval import SHARED_EVALS, shared_evaluation
 from wmrl.world_model.memory import ExecutedMemory, executed_solutions
 
 log = logging.getLogger(__name__)
@@ -115,17 +119,46 @@ class LLMTrainer:
             # Its own request namespace, so evaluation never collides with a training step's requests.
             env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
                                       self.cfg.sandbox.timeout_s, self.cfg.launch)
-            report = evaluate_split(self.policy, env, [(t.task_id, t.category) for t in tasks], cfg.eval_k,
-                                    self.cfg.algorithm.seed, self.step, split,
-                                    progress=lambda line, split=split: log.info("evaluation %s (%s): %s", label,
-                                                                                split, line))
-            self._record_eval(label, split, report)
+            listed = [(t.task_id, t.category) for t in tasks]
+
+            def measure(env: ExecutedEnvironment = env, listed: list = listed, split: str = split) -> EvalReport:
+                return evaluate_split(self.policy, env, listed, cfg.eval_k, self.cfg.algorithm.seed, self.step,
+                                      split, progress=lambda line: log.info("evaluation %s (%s): %s", label,
+                                                                            split, line))
+
+            inputs = self._initial_eval_inputs(split, listed) if label == "before" and self.step == 0 else None
+            measured_by = None
+            if inputs is not None:
+                timing = self.cfg.launch.timing
+                report, measured_by = shared_evaluation(inputs, self.run_dir.run_id, measure,
+                                                        self.run_dir.path.parent / SHARED_EVALS,
+                                                        timing.lock_stale_s, timing.lock_heartbeat_s)
+                if measured_by is not None:
+                    log.info("evaluation %s (%s): the initial policy's, as run %s measured it (train."
+                             "share_initial_eval)", label, split, measured_by)
+            else:
+                report = measure()
+            self._record_eval(label, split, report, measured_by)
             out.update(report.metrics(f"eval/{split}"))
         self.last_eval = out
         return out
 
-    def _record_eval(self, label: str, split: str, report: EvalReport) -> None:
+    def _initial_eval_inputs(self, split: str, listed: list[tuple[str, str]]) -> dict[str, Any] | None:
+        """What the evaluation of the initial policy depends on (``shared_evaluation``'s key), or None
+        when it is not shared: switched off, or a policy without a build hash (nothing names its weights)."""
+        build = built_hash(self.model_path)
+        if not self.cfg.train.share_initial_eval or build is None:
+            return None
+        cfg = self.cfg
+        return {"policy_build": build, "split": split, "tasks": listed, "pool": str(resolve_pool_root(cfg.tasks)),
+                "k": cfg.train.eval_k, "seed": cfg.algorithm.seed, "sampling": asdict(cfg.sampling),
+                "generation": asdict(cfg.generation), "dtype": cfg.model.dtype, "agent": asdict(cfg.agent),
+                "sandbox": asdict(cfg.sandbox)}
+
+    def _record_eval(self, label: str, split: str, report: EvalReport, measured_by: str | None = None) -> None:
         line = {"label": label, "step": self.step, "split": split, "at": time.time(), **report.to_dict()}
+        if measured_by is not None:  # read back, not executed by this run (train.share_initial_eval)
+            line["measured_by"] = measured_by
         append_line_durable(self.run_dir.path / EVALS, json.dumps(line, sort_keys=True))
         log.info("evaluation %s (%s, step %d): %.4f\n%s", label, split, self.step, report.score, report.table())
 
