@@ -88,7 +88,7 @@ def test_a_run_made_before_the_launch_timings_moved_still_relaunches(tmp_path: P
 
     import yaml
 
-    from wmrl.cli.launch import _as_written_now
+    from wmrl.config import as_written_now
 
     now = to_yaml(load_config(None, ["run_name=r1"]))
     old = yaml.safe_load(now)
@@ -97,8 +97,8 @@ def test_a_run_made_before_the_launch_timings_moved_still_relaunches(tmp_path: P
     assert config_mismatch(run, now) is not None  # the stored text differs...
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert config_mismatch(run, now, _as_written_now) is None  # ...but it is the same config
-        create_run_dir(tmp_path / "r1", now, normalise=_as_written_now)
+        assert config_mismatch(run, now, as_written_now) is None  # ...but it is the same config
+        create_run_dir(tmp_path / "r1", now, normalise=as_written_now)
     assert any("launch.timing.lease_s" in str(w.message) for w in seen)
     changed = to_yaml(load_config(None, ["run_name=r1", "algorithm.w_max=3.0"]))
-    assert "algorithm.w_max: 4.0 in the run, 3.0 now" in config_mismatch(run, changed, _as_written_now)
+    assert "algorithm.w_max: 4.0 in the run, 3.0 now" in config_mismatch(run, changed, as_written_now)

@@ -140,6 +140,25 @@ def test_reissued_sweep_may_add_seeds_but_not_drop_or_change_runs(tmp_path):
     assert _sweep_json(tmp_path) == state  # a refused issue records nothing
 
 
+@pytest.mark.parametrize("kind", ["simulate", "launch"])
+def test_a_sweep_written_before_an_upgrade_that_added_config_keys_continues(tmp_path, kind):
+    """A sweep's stored configs lack the keys a later version added (here train.share_initial_eval, at its
+    default): re-issued with the new version it continues; a changed value is still refused."""
+    text = SMALL_SPEC if kind == "simulate" else SMALL_SPEC.replace("kind: simulate", "kind: launch")
+    args = (tmp_path, "local", ("tracking.enabled=false",))
+    spec_path = write_spec(tmp_path, text)
+    prep = prepare(load_spec(spec_path), *args)
+    name = next(iter(prep.configs))
+    stored = (prep.sweep.run_path(name) / "config.yaml" if kind == "simulate"
+              else prep.sweep.root / "configs" / f"{name}.yaml")
+    assert "share_initial_eval: true" in stored.read_text()
+    stored.write_text(stored.read_text().replace("  share_initial_eval: true\n", ""))  # as the old version wrote it
+    prepare(load_spec(spec_path), *args)  # continues
+    stored.write_text(stored.read_text().replace("steps: 30", "steps: 40"))
+    with pytest.raises(ConfigError, match=r"train.steps: 40 in the run, 30 now"):
+        prepare(load_spec(spec_path), *args)
+
+
 def test_launch_sweep_runs_a_coordinator_that_logs_under_the_parent(tmp_path):
     """kind: launch — each run is `wmrl launch` of its resolved config (here the dry trainer: real
     worker processes, tiny scripts); a re-issue finds it finished."""

@@ -209,3 +209,19 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         raise _explain(err, schema) from err
     cfg.validate()
     return cfg
+
+
+def as_written_now(stored_yaml: str) -> str:
+    """A stored resolved config as this version writes it: moved keys read under their new names (with a
+    FutureWarning), keys added since at their defaults. A run directory's or a sweep's stored config is
+    compared with the new one in this form, so an upgrade that only adds or moves keys does not refuse
+    to continue a run or a sweep; a changed value still differs."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as f:
+        f.write(stored_yaml)
+        f.flush()
+        try:
+            return to_yaml(load_config(f.name))
+        except ConfigError:  # not loadable now: compared as stored, and the mismatch says which keys differ
+            return stored_yaml

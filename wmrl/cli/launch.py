@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from wmrl.cli.args import add_command
 from wmrl.cli.status import collect, render
-from wmrl.config import ConfigError, WMRLConfig, load_config, to_yaml
+from wmrl.config import ConfigError, WMRLConfig, as_written_now, load_config, to_yaml
 from wmrl.orchestration.coordinator import Coordinator
 from wmrl.orchestration.launch import submit_run
 from wmrl.slurm.client import (
@@ -98,29 +97,18 @@ def _refuse_if_ended(run: RunDir, resume: bool) -> str | None:
     return None
 
 
-def _as_written_now(stored_yaml: str) -> str:
-    """A stored config as this version writes it: moved keys read under their new names (with a FutureWarning)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as f:
-        f.write(stored_yaml)
-        f.flush()
-        try:
-            return to_yaml(load_config(f.name))
-        except ConfigError:  # not loadable now: compared as stored, and the mismatch says which keys differ
-            return stored_yaml
-
-
 def run(args: argparse.Namespace) -> int:
     cfg = _load(args)
     preflight(cfg)  # PreflightError (exit 2) before anything is created or queued
     run_dir = RunDir(cfg.run_dir)
     if run_dir.config_path.exists():  # a relaunch: same config, no live coordinator, not ended
         refusal = (_refuse_if_running(run_dir, cfg.launch.timing.lock_stale_s)
-                   or config_mismatch(run_dir, to_yaml(cfg), _as_written_now)
+                   or config_mismatch(run_dir, to_yaml(cfg), as_written_now)
                    or _refuse_if_ended(run_dir, args.resume))
         if refusal:
             print(f"wmrl launch: {refusal}", file=sys.stderr)
             return 2
-    run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group, _as_written_now)
+    run_dir = create_run_dir(cfg.run_dir, to_yaml(cfg), cfg.launch.group, as_written_now)
     print(f"run dir:  {run_dir.path}")
     if args.no_submit:
         _print_sbatch_commands(cfg, run_dir)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wmrl.config import ConfigError, WMRLConfig
+from wmrl.config import ConfigError, WMRLConfig, as_written_now
 from wmrl.io import atomic_write_json, atomic_write_text, read_json
 from wmrl.progress import Progress, progress_display
 from wmrl.slurm.client import (
@@ -107,9 +107,11 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
         # simulate: the run directory's config.yaml; launch: the file `wmrl launch` is given (it creates
         # and checks the run directory itself)
         path = sweep.run_path(name) / "config.yaml" if spec.kind == "simulate" else launch_config(sweep, name)
-        mismatch = config_mismatch(RunDir(path.parent), text) if path.name == "config.yaml" else (
-            f"{path} exists with a different config ({config_diff(path.read_text(), text)})"
-            if path.exists() and path.read_text() != text else None)
+        # compared as this version writes the stored config: an upgrade that added keys continues the sweep
+        stored = path.read_text() if path.name != "config.yaml" and path.exists() else None
+        now = None if stored is None or stored == text else as_written_now(stored)
+        mismatch = config_mismatch(RunDir(path.parent), text, as_written_now) if path.name == "config.yaml" else (
+            f"{path} exists with a different config ({config_diff(now, text)})" if now not in (None, text) else None)
         if mismatch:
             raise ConfigError(f"{spec.source}, run {name} (the spec or the command line changed it): {mismatch}")
         if not path.exists():
