@@ -73,7 +73,10 @@ def shared_evaluation(inputs: dict[str, Any], run_id: str, evaluate: Callable[[]
                 return _stored(path)
             report = evaluate()
             if not any(t.failed or not t.scores for t in report.tasks):
-                atomic_write_json(path, {"inputs": inputs, "measured_by": run_id, "report": report.to_dict()})
+                try:
+                    atomic_write_json(path, {"inputs": inputs, "measured_by": run_id, "report": report.to_dict()})
+                except (OSError, ValueError) as err:  # a full disk or a NaN: the run goes on, later runs measure
+                    log.warning("the initial evaluation was not stored for later runs (%s): %s", path, err)
             return report, None
         finally:
             lock.release()
