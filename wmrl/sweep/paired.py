@@ -55,7 +55,9 @@ def power(delta: float, sd: float, n: int, alpha: float = ALPHA) -> float:
         return math.nan
     df, ncp = n - 1, delta / (sd / math.sqrt(n))
     crit = float(stats.t.ppf(1 - alpha / 2, df))
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+    # P(T < -crit | ncp) as P(T > crit | -ncp): scipy's nct.cdf returns NaN deep in that tail (a large
+    # ncp with few pairs), where sf gives the (tiny) value
+    return float(stats.nct.sf(crit, df, ncp) + stats.nct.sf(crit, df, -ncp))
 
 
 def pairs_for_power(delta: float, sd: float, target: float = TARGET_POWER, alpha: float = ALPHA,
