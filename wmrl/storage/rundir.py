@@ -169,19 +169,30 @@ def config_diff(stored_yaml: str, new_yaml: str) -> str:
     return "; ".join(parts) or "same values, different text"
 
 
-def config_mismatch(run: RunDir, config_yaml: str, normalise: Callable[[str], str] | None = None) -> str | None:
-    """Why ``config_yaml`` cannot (re)start the run at ``run`` (None: new run, or the same config).
+def stored_config_diff(path: Path, config_yaml: str, normalise: Callable[[str], str] | None = None) -> str | None:
+    """The keys in which the config stored at ``path`` differs from ``config_yaml`` (:func:`config_diff`);
+    None when nothing is stored there or it is the same config.
 
-    ``normalise``: the stored text as this version writes it (loaded and written again), so that a run
-    created before a key moved (``launch.lease_s`` -> ``launch.timing.lease_s``) still relaunches.
+    ``normalise``: the stored text as this version writes it (loaded and written again), so that a config
+    written before a key moved (``launch.lease_s`` -> ``launch.timing.lease_s``) or was added still counts
+    as the same.
     """
     try:
-        stored = run.config_path.read_text(encoding="utf-8")
+        stored = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     if stored == config_yaml or (normalise is not None and normalise(stored) == config_yaml):
         return None
-    return (f"{run.config_path} exists with a different config ({config_diff(stored, config_yaml)}); a run's config "
+    return config_diff(stored, config_yaml)
+
+
+def config_mismatch(run: RunDir, config_yaml: str, normalise: Callable[[str], str] | None = None) -> str | None:
+    """Why ``config_yaml`` cannot (re)start the run at ``run`` (None: new run, or the same config);
+    ``normalise`` as :func:`stored_config_diff` takes it."""
+    diff = stored_config_diff(run.config_path, config_yaml, normalise)
+    if diff is None:
+        return None
+    return (f"{run.config_path} exists with a different config ({diff}); a run's config "
             f"cannot change: relaunch with the same overrides (or `wmrl launch {run.path}`), or use a new run_name")
 
 

@@ -36,7 +36,7 @@ from wmrl.slurm.client import (
     job_states,
     slurm_executor,
 )
-from wmrl.storage.rundir import RunDir, config_diff, config_mismatch
+from wmrl.storage.rundir import RunDir, config_mismatch, stored_config_diff
 from wmrl.sweep.simulate_run import compute, log_run
 from wmrl.sweep.spec import SweepSpec, run_config, run_configs
 from wmrl.sweep.state import SweepDir, has_result, is_finished
@@ -108,10 +108,11 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
         # and checks the run directory itself)
         path = sweep.run_path(name) / "config.yaml" if spec.kind == "simulate" else launch_config(sweep, name)
         # compared as this version writes the stored config: an upgrade that added keys continues the sweep
-        stored = path.read_text() if path.name != "config.yaml" and path.exists() else None
-        now = None if stored is None or stored == text else as_written_now(stored)
-        mismatch = config_mismatch(RunDir(path.parent), text, as_written_now) if path.name == "config.yaml" else (
-            f"{path} exists with a different config ({config_diff(now, text)})" if now not in (None, text) else None)
+        if path.name == "config.yaml":
+            mismatch = config_mismatch(RunDir(path.parent), text, as_written_now)
+        else:
+            diff = stored_config_diff(path, text, as_written_now)
+            mismatch = None if diff is None else f"{path} exists with a different config ({diff})"
         if mismatch:
             raise ConfigError(f"{spec.source}, run {name} (the spec or the command line changed it): {mismatch}")
         if not path.exists():

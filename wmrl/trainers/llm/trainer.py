@@ -116,32 +116,36 @@ class LLMTrainer:
             tasks = self.eval_tasks[split][: cfg.eval_tasks or None]
             if not tasks:
                 continue
-            # Its own request namespace, so evaluation never collides with a training step's requests.
-            env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
-                                      self.cfg.sandbox.timeout_s, self.cfg.launch)
-            listed = [(t.task_id, t.category) for t in tasks]
-
-            def measure(env: ExecutedEnvironment = env, listed: list = listed, split: str = split) -> EvalReport:
-                return evaluate_split(self.policy, env, listed, cfg.eval_k, self.cfg.algorithm.seed, self.step,
-                                      split, progress=lambda line: log.info("evaluation %s (%s): %s", label,
-                                                                            split, line))
-
-            inputs = self._initial_eval_inputs(split, listed) if label == "before" and self.step == 0 else None
-            measured_by = None
-            if inputs is not None:
-                timing = self.cfg.launch.timing
-                report, measured_by = shared_evaluation(inputs, self.run_dir.run_id, measure,
-                                                        self.run_dir.path.parent / SHARED_EVALS,
-                                                        timing.lock_stale_s, timing.lock_heartbeat_s)
-                if measured_by is not None:
-                    log.info("evaluation %s (%s): the initial policy's, as run %s measured it (train."
-                             "share_initial_eval)", label, split, measured_by)
-            else:
-                report = measure()
-            self._record_eval(label, split, report, measured_by)
+            report = self._evaluate_split(label, split, [(t.task_id, t.category) for t in tasks])
             out.update(report.metrics(f"eval/{split}"))
         self.last_eval = out
         return out
+
+    def _evaluate_split(self, label: str, split: str, listed: list[tuple[str, str]]) -> EvalReport:
+        """One split's evaluation, recorded; before the first step the shared one of the initial policy
+        when ``train.share_initial_eval`` allows it (read back if another run measured it)."""
+        # Its own request namespace, so evaluation never collides with a training step's requests.
+        env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
+                                  self.cfg.sandbox.timeout_s, self.cfg.launch)
+
+        def measure() -> EvalReport:
+            return evaluate_split(self.policy, env, listed, self.cfg.train.eval_k, self.cfg.algorithm.seed,
+                                  self.step, split,
+                                  progress=lambda line: log.info("evaluation %s (%s): %s", label, split, line))
+
+        inputs = self._initial_eval_inputs(split, listed) if label == "before" and self.step == 0 else None
+        if inputs is None:
+            report, measured_by = measure(), None
+        else:
+            timing = self.cfg.launch.timing
+            report, measured_by = shared_evaluation(inputs, self.run_dir.run_id, measure,
+                                                    self.run_dir.path.parent / SHARED_EVALS,
+                                                    timing.lock_stale_s, timing.lock_heartbeat_s)
+            if measured_by is not None:
+                log.info("evaluation %s (%s): the initial policy's, as run %s measured it (train."
+                         "share_initial_eval)", label, split, measured_by)
+        self._record_eval(label, split, report, measured_by)
+        return report
 
     def _initial_eval_inputs(self, split: str, listed: list[tuple[str, str]]) -> dict[str, Any] | None:
         """What the evaluation of the initial policy depends on (``shared_evaluation``'s key), or None
