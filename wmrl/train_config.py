@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from wmrl.config_checks import Section, choice, in_range
 
-EVAL_SPLITS = ("train", "heldout", "both", "none")
+EVAL_SPLIT_CHOICES = ("train", "heldout", "both", "none")  # one split, both, or no evaluation
 
 
 @dataclass
@@ -22,7 +22,7 @@ class TrainConfig(Section):
     eval_every: int = field(default=0, metadata=in_range(0))
     eval_k: int = field(default=8, metadata=in_range(1))
     # Which pool split(s) to evaluate; "none" switches evaluation off
-    eval_split: str = field(default="both", metadata=choice(EVAL_SPLITS))
+    eval_split: str = field(default="both", metadata=choice(EVAL_SPLIT_CHOICES))
     # Evaluate at most this many tasks per split (0 = all), for quick checks
     eval_tasks: int = field(default=0, metadata=in_range(0))
     # The evaluation before the first step is measured once per initial policy (and split, k, seed,

@@ -9,6 +9,7 @@ what needs the whole run's config to drive them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -23,15 +24,38 @@ from wmrl.storage.rundir import RunDir, RunEnded
 log = logging.getLogger(__name__)
 
 
+class CoordinatorStopping(RuntimeError):
+    """The coordinator was told to stop (SIGTERM, submitit's SIGUSR2) while a wait on executions was open."""
+
+
 class AnchorRunner:
     """The trainer's handle on anchor execution: submit, wait (in slices, supervising the workers
-    and the run between them), cancel what did not finish by the deadline."""
+    and the run between them), cancel what did not finish by the deadline.
+
+    ``stop()`` ends an open wait within one slice. It is what a stopping coordinator calls: the agent
+    waits on executions in a worker thread (:meth:`wmrl.agent.policy.AgentPolicy.rollout` runs the two
+    environments concurrently), which the ``SystemExit`` of a signal handler cannot interrupt, and
+    leaving the executor's block joins that thread; without ``stop()`` the coordinator would outlive
+    Slurm's KillWait by the whole execution deadline (hours on a cluster) and be SIGKILLed before it
+    released its lock and stopped its workers. The requests stay queued (as after a SIGKILL): a resumed
+    step finds the results the workers published meanwhile."""
 
     def __init__(self, run: RunDir, cfg: WMRLConfig, service: SpoolExecutionService,
                  tick: Callable[[], None] = lambda: None) -> None:
         self.run_dir, self.cfg, self.service, self.tick = run, cfg, service, tick
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """End any open wait (and refuse new ones): the coordinator is exiting."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]:
+        if self.stopping:
+            raise CoordinatorStopping(f"{len(requests)} executions not submitted: the coordinator is stopping")
         ids = [r.request_id for r in requests]
         self.service.submit(requests)
         self.tick()  # workers for the new work (a local worker may have left on its idle timeout)
@@ -40,7 +64,10 @@ class AnchorRunner:
         while len(done) < len(ids) and time.monotonic() < deadline:
             if self.run_dir.is_ended():
                 raise RunEnded(self.run_dir.ended_reason() or "ended")
-            slice_s = min(5.0, max(0.0, deadline - time.monotonic()))  # a cancel takes effect fast
+            if self.stopping:
+                raise CoordinatorStopping(f"stopped waiting on {len(ids) - len(done)} of {len(ids)} executions: "
+                                          "the coordinator is stopping (they stay queued for the resumed step)")
+            slice_s = min(5.0, max(0.0, deadline - time.monotonic()))  # a cancel or a stop takes effect fast
             done.update(self.service.wait([i for i in ids if i not in done], slice_s))
             self.tick()
         missing = [i for i in ids if i not in done]

@@ -103,6 +103,7 @@ class LiveRun:
     saved_step: int | None = None  # the step of the newest checkpoint written
     finishing: bool = False  # past the last step: a signal no longer stops the run
     resume_warning: str | None = None  # no checkpoint verified and the run restarted from step 0
+    anchors: AnchorRunner | None = None  # the trainer's handle on executions (a signal ends its waits)
 
     def snapshot_digest(self) -> str | None:
         return None if self.snapshot is None else self.snapshot.digest
@@ -130,6 +131,7 @@ class Coordinator(submitit.helpers.Checkpointable):
     # ------------------------------------------------------------------ submitit hooks
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """SIGUSR2: save the last step boundary, then let submitit requeue this same callable."""
+        self._stop_waiting()
         self._save_snapshot("signal-usr2")
         if self._live is not None:
             record_event(self._live.run, "requeue", step=self._live.saved_step)
@@ -143,10 +145,17 @@ class Coordinator(submitit.helpers.Checkpointable):
             # `wmrl cancel` marked the run ended, then scancel: stop at once and end it as a local
             # cancel does (plots, KILLED in MLflow) within Slurm's KillWait.
             raise RunEnded(live.run.ended_reason() or "cancelled")
+        self._stop_waiting()
         self._save_snapshot(f"signal-{signal.Signals(signum).name.removeprefix('SIG').lower()}")
         if live is not None:
             record_event(live.run, "terminated", step=live.saved_step, signal=signal.Signals(signum).name)
         raise SystemExit(128 + signum)
+
+    def _stop_waiting(self) -> None:
+        """Before the handler's exit: a wait on executions in another thread ends within seconds
+        (:meth:`AnchorRunner.stop`), so the exit runs the cleanup within Slurm's KillWait."""
+        if self._live is not None and self._live.anchors is not None:
+            self._live.anchors.stop()
 
     # ------------------------------------------------------------------ the run
     def __call__(self, progress: bool | None = None) -> dict[str, Any]:
@@ -185,7 +194,8 @@ class Coordinator(submitit.helpers.Checkpointable):
             elif cfg.launch.resubmit_workers:
                 check_slurm_client(cfg.launch.python)  # before the model loads: e.g. a container without Slurm
                 tick = WorkerSupervisor(run, cfg, service)
-            trainer = self._start_trainer(cfg, run, store, AnchorRunner(run, cfg, service, tick))
+            self._live.anchors = AnchorRunner(run, cfg, service, tick)
+            trainer = self._start_trainer(cfg, run, store, self._live.anchors)
             signal.signal(signal.SIGTERM, self.stop_on_signal)
             with open_tracker(cfg, run) as tracker:
                 return self._loop(cfg, run, trainer, service, tracker, progress)
