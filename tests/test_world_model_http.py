@@ -184,3 +184,19 @@ def test_a_request_slower_than_the_timeout_fails_after_its_retries(fake_server, 
     env = environment(HTTPBackend(url, "m", 32, concurrency=1, timeout_s=0.5, retries=1), tmp_path)
     fb = env.evaluate([Submission("k", "t", CODES[1])])[0]
     assert fb.score is None and "Timeout" in fb.details["error"] and time.monotonic() - start < 15
+
+
+def test_a_stopping_coordinator_abandons_the_batch_in_flight_and_starts_no_more(fake_server, tmp_path):
+    # SIGTERM while the world model's batch runs in the agent's worker thread: the coordinator's exit
+    # joins that thread, so the batch must end once the run's stop_event is set (not after every request
+    # has had its minutes, wmrl/orchestration/anchors.py AnchorRunner.stop).
+    url, state = fake_server
+    state["delay"] = 60.0
+    stop = threading.Event()
+    env = environment(HTTPBackend(url, "m", 32, concurrency=2, timeout_s=120, retries=3, stop=stop), tmp_path)
+    threading.Timer(1.0, stop.set).start()
+    start = time.monotonic()
+    fbs = env.evaluate([Submission(f"k{i}", "t", CODES[1]) for i in range(6)])
+    assert time.monotonic() - start < 5.0
+    assert all(f.score is None and f.status == "failed" and "Stopped" in f.details["error"] for f in fbs)
+    assert state["requests"] == 2  # the two in flight; the other requests never started

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,6 +59,7 @@ class LocalRunner:
 
     def __init__(self, work: Any, workers: int) -> None:
         self.work, self.workers = work, max(1, workers)
+        self.stop_event = threading.Event()  # never set: `wmrl eval` waits in its main thread (Ctrl-C ends it)
 
     def execute(self, requests: list[Any], timeout_s: float) -> dict[str, Any]:
         def one(request: Any) -> ExecutionOutcomeRecord:

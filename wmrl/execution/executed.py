@@ -19,6 +19,7 @@ a restarted coordinator runs a code again the first time it meets it.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -31,7 +32,10 @@ NO_RESULT = "The execution infrastructure gave up on this attempt; it is not cou
 
 
 class Runner(Protocol):
-    """Submit requests, wait up to ``timeout_s``, return the outcomes that arrived (by request id)."""
+    """Submit requests, wait up to ``timeout_s``, return the outcomes that arrived (by request id).
+    ``stop_event``: set when the process is exiting; other waits of the run watch it as well."""
+
+    stop_event: threading.Event
 
     def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]: ...
 

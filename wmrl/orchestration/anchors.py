@@ -43,15 +43,16 @@ class AnchorRunner:
     def __init__(self, run: RunDir, cfg: WMRLConfig, service: SpoolExecutionService,
                  tick: Callable[[], None] = lambda: None) -> None:
         self.run_dir, self.cfg, self.service, self.tick = run, cfg, service, tick
-        self._stopping = threading.Event()
+        # set by stop(); the world model's HTTP client watches it too (wmrl/world_model/backends.py)
+        self.stop_event = threading.Event()
 
     def stop(self) -> None:
         """End any open wait (and refuse new ones): the coordinator is exiting."""
-        self._stopping.set()
+        self.stop_event.set()
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
+        return self.stop_event.is_set()
 
     def execute(self, requests: list[ExecutionRequest], timeout_s: float) -> dict[str, ExecutionOutcomeRecord]:
         if self.stopping:

@@ -91,12 +91,18 @@ class HTTPBackend:
     ``failed``. A 400 is ``rejected`` (the request itself is unusable); an answer whose ``content`` is
     not text is ``malformed`` (both fallbacks); unreadable token counts are read as 0 and noted in
     ``problems``. Nothing a server sends makes :meth:`complete` raise.
+
+    ``stop`` (the run's :attr:`wmrl.orchestration.anchors.AnchorRunner.stop_event`): once set, the attempts
+    in flight are abandoned within half a second and no new one starts (each request is ``failed``), so a
+    coordinator told to stop does not wait on the world model's batch, which runs in a worker thread its
+    signal handler cannot reach.
     """
 
     RETRY_STATUSES = (408, 409, 429)
 
     def __init__(self, url: str, model: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-                 concurrency: int = 16, timeout_s: float = 300.0, retries: int = 3) -> None:
+                 concurrency: int = 16, timeout_s: float = 300.0, retries: int = 3,
+                 stop: threading.Event | None = None) -> None:
         import openai
 
         self._openai = openai
@@ -110,14 +116,15 @@ class HTTPBackend:
         self.temperature = temperature
         self.seed = seed
         self.concurrency = concurrency
+        self.stop = stop or threading.Event()
 
     def _one(self, messages: Messages) -> Completion:
         start = time.perf_counter()
         messages = [{k: _sendable(v) for k, v in m.items()} for m in messages]
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))  # the openai client's backoff
-            result, retry = self._attempt(messages)
+                self.stop.wait(min(0.5 * 2 ** (attempt - 1), 8.0))  # the openai client's backoff
+            result, retry = (self._stopped(), False) if self.stop.is_set() else self._attempt(messages)
             if not retry or attempt == self.retries:
                 result.seconds = time.perf_counter() - start
                 return result
@@ -141,9 +148,13 @@ class HTTPBackend:
 
         worker = threading.Thread(target=call, daemon=True, name="wmrl-world-model-http")
         worker.start()
-        worker.join(self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        while worker.is_alive() and not self.stop.is_set() and time.monotonic() < deadline:
+            worker.join(min(0.5, max(0.0, deadline - time.monotonic())))
         if worker.is_alive():
             client.close()  # the abandoned read ends at its next byte (or its read timeout)
+            if self.stop.is_set():
+                return self._stopped(), False
             return Completion("", error=f"failed: Timeout: no complete answer within timeout_s={self.timeout_s:g} s"), True
         client.close()
         err = box.get("error")
@@ -154,6 +165,10 @@ class HTTPBackend:
         status = getattr(err, "status_code", None)
         retry = status is None or status in self.RETRY_STATUSES or status >= 500
         return Completion("", error=f"failed: {type(err).__name__}: {str(err)[:300]}"), retry
+
+    @staticmethod
+    def _stopped() -> Completion:
+        return Completion("", error="failed: Stopped: the coordinator is exiting")
 
     def complete(self, requests: Sequence[Messages]) -> list[Completion]:
         if not requests:

@@ -10,6 +10,7 @@ when the variant calls it, the world-model environment with its backend and exec
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,12 +83,14 @@ def run_tasks(cfg: WMRLConfig) -> RunTasks:
     return RunTasks(every, train, {split: [t for t in every if t.split == split] for split in EVAL_SPLITS})
 
 
-def world_model_backend(cfg: WMRLConfig, model_path: Path) -> Any:
-    """The frozen initial policy in this process (a second copy, never synced), or an endpoint."""
+def world_model_backend(cfg: WMRLConfig, model_path: Path, stop: threading.Event | None = None) -> Any:
+    """The frozen initial policy in this process (a second copy, never synced), or an endpoint (which
+    abandons its requests once ``stop`` is set)."""
     wm = cfg.world_model
     if wm.backend == "http":
         return HTTPBackend(wm.url, wm.model or str(model_path), wm.max_new_tokens, wm.temperature,
-                           wm.seed, concurrency=wm.concurrency, timeout_s=wm.timeout_s, retries=wm.retries)
+                           wm.seed, concurrency=wm.concurrency, timeout_s=wm.timeout_s, retries=wm.retries,
+                           stop=stop)
     frozen = build_generator(model_path, cfg.generation, cfg.model.dtype)
     if wm.share_prefixes:
         frozen = sharing_prefixes(frozen, wm.batch_size)
@@ -137,7 +140,7 @@ def assemble(cfg: WMRLConfig, run: RunDir, runner: Runner, calls_world_model: bo
             offline = offline_memory(cfg, run, model_path, policy, tasks, runtime)
             memory = ExecutedMemory(offline)
         cases = {t.task_id: TaskCase.from_task(t) for t in tasks.every}
-        world_model = WorldModelEnvironment(world_model_backend(cfg, model_path), cases, cfg.world_model,
+        world_model = WorldModelEnvironment(world_model_backend(cfg, model_path, runner.stop_event), cases, cfg.world_model,
                                             runtime, cfg.sandbox.timeout_s, cfg.sandbox.gpus, memory)
     return LLMParts(model_path, tasks, learner, generator, policy, executed_env, world_model, offline,
                     OnlineLog(run.path / MEMORY_LOG))
