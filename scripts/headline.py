@@ -31,6 +31,12 @@ beside it), run ``wmrl train train.steps=1 run_name=memory_build`` once on the s
 are drawn again, the same seeds; their executions are read back from the outcome cache with the seconds
 they were first run in), and pass ``--memory-build runs/memory_build/memory_build.json``.
 
+A measurement longer than one machine's life: ``--save-records results/transfer/records`` writes each run's
+record (every number this report reads from it: scores, held-out before and after, CPU-hours, execution
+counts, anchor pairs, the memory's build; ``run_record``), to commit; a later report pools sweep
+directories and record directories (``python scripts/headline.py runs/sweeps/transfer results/transfer/records
+--out results/transfer``), each (variant, seed) once, refusing two different runs of one seed.
+
 Every run must have ``launch.reuse_executions`` on (the fair baseline: any sane implementation runs an
 identical code once); the script refuses a sweep where one has not.
 """
@@ -79,20 +85,92 @@ def evaluated_tasks(run: Path, split: str) -> int:
     return 0 if e is None else len(e["tasks"])
 
 
-def distinct_code_share(runs: list[Path]) -> float | None:
+def anchor_pairs(run: Path) -> list[list[Any]] | None:
+    """The run's anchor pairs as ``[group_id, r_hat, r]``, the first record of each id (the pool's rule);
+    None when the run has no calibration log (not a wmrl run)."""
+    from wmrl.calibration.pool import LOG_NAME, read_log
+
+    if not (run / "calibration" / LOG_NAME).is_file():
+        return None
+    seen: dict[str, Any] = {}
+    for _, batch, _ in read_log(run / "calibration"):
+        for pair in batch:
+            seen.setdefault(pair.pair_id, pair)
+    return [[p.group_id, float(p.predicted), float(p.true)] for p in seen.values()]
+
+
+def run_record(run: Path, variant: str) -> dict[str, Any]:
+    """Everything the headline reads from one finished run, in one small JSON object: what
+    ``--save-records`` commits, so that a measurement spread over machines (whose run directories do not
+    survive) still pools every seed it ran, each once."""
+    cfg = tl.run_config(run)
+    counts = execution_repeats.repeats(run)
+    memory = run / MEMORY_BUILD
+    return {"variant": variant, "seed": int(cfg["algorithm"]["seed"]), "run": run.name,
+            "reuse_executions": bool(cfg["launch"].get("reuse_executions")),
+            "initial_policy": (json.loads((run / INITIAL_POLICY).read_text()).get("build_hash")
+                               if (run / INITIAL_POLICY).is_file() else None),
+            "pool": cfg["tasks"].get("pool", "builtin"), "steps": int(cfg["train"]["steps"]),
+            "train_tasks": evaluated_tasks(run, "train"), "heldout_tasks": evaluated_tasks(run, "heldout"),
+            "score": final_train_score(run), "heldout_before": heldout_score(run, "before"),
+            "heldout_after": heldout_score(run), "run_cpu_hours": tl.cost_curve(run)[0],
+            "executions": counts["executions"], "distinct_codes": counts["distinct"],
+            "anchor_pairs": anchor_pairs(run),
+            "memory_build": json.loads(memory.read_text()) if memory.is_file() else None,
+            "source": f"run directory {run}"}
+
+
+Records = dict[str, list[dict[str, Any]]]  # variant -> its runs' records, in seed order
+SAME_RUN = ("score", "heldout_before", "heldout_after", "run_cpu_hours")  # what a second copy must repeat
+
+
+def read_sources(sources: list[Path]) -> Records:
+    """The records of every source: a sweep directory (its finished runs, read now) or a directory of
+    records ``--save-records`` wrote. A (variant, seed) found twice is one run read twice when its numbers
+    agree (kept once), and refused when they do not (two runs of one seed would be double-counted)."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for source in sources:
+        if (source / "runs").is_dir():
+            records = [run_record(run, variant) for variant, runs in tl.finished_runs([source]).items()
+                       for run in runs]
+        elif source.is_dir():
+            records = [{**json.loads(p.read_text()), "source": f"record {p}"} for p in sorted(source.glob("*.json"))]
+        else:
+            raise SystemExit(f"{source}: neither a sweep directory (with runs/) nor a directory of run records")
+        for r in records:
+            key = (r["variant"], int(r["seed"]))
+            other = found.setdefault(key, r)
+            if other is not r and any(other[k] != r[k] for k in SAME_RUN):
+                raise SystemExit(f"{r['variant']} seed {r['seed']} twice, with different numbers: {other['source']} "
+                                 f"and {r['source']}; keep one")
+    by_variant: Records = {}
+    for (variant, _), r in sorted(found.items()):
+        by_variant.setdefault(variant, []).append(r)
+    return by_variant
+
+
+def save_records(records: Records, out: Path) -> None:
+    """One ``<variant>-s<seed>.json`` per run (the path it was read from left out: it does not travel)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for rs in records.values():
+        for r in rs:
+            body = {k: v for k, v in r.items() if k != "source"}
+            (out / f"{r['variant']}-s{r['seed']}.json").write_text(json.dumps(body, indent=1) + "\n")
+
+
+def distinct_code_share(records: list[dict[str, Any]]) -> float | None:
     """Distinct (task, code) among the runs' executions, each run counted on its own (a code two runs both
-    executed counts in each); None without rollout records."""
-    counts = [execution_repeats.repeats(run) for run in runs]
-    executions = sum(c["executions"] for c in counts)
-    return sum(c["distinct"] for c in counts) / executions if executions else None
+    executed counts in each); None without counted executions (records that lost their rollouts count none)."""
+    counted = [r for r in records if r.get("executions")]
+    executions = sum(r["executions"] for r in counted)
+    return sum(r["distinct_codes"] for r in counted) / executions if executions else None
 
 
-def heldout_summary(runs: list[Path], seeds: list[int]) -> dict[str, Any]:
+def heldout_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The held-out score before and after, and the gain paired by seed (the same run before and after)."""
-    before = dict(zip(seeds, (heldout_score(r, "before") for r in runs)))
-    after = dict(zip(seeds, (heldout_score(r) for r in runs)))
-    before = {s: v for s, v in before.items() if v is not None}
-    after = {s: v for s, v in after.items() if v is not None}
+    seeds = [r["seed"] for r in records]
+    before = {r["seed"]: r["heldout_before"] for r in records if r["heldout_before"] is not None}
+    after = {r["seed"]: r["heldout_after"] for r in records if r["heldout_after"] is not None}
     (after_mean, after_se), gain = mean_se(list(after.values())), paired(before, after)
     return {"heldout_before_mean": mean_se(list(before.values()))[0] if before else None,
             "heldout_after_mean": after_mean if after else None, "heldout_after_se": after_se if after else None,
@@ -101,9 +179,9 @@ def heldout_summary(runs: list[Path], seeds: list[int]) -> dict[str, Any]:
             "heldout_paired_gain_mean": gain.mean, "heldout_paired_gain_ci95": list(gain.ci95)}
 
 
-def world_model_in_run(runs: list[Path]) -> dict[str, Any] | None:
+def world_model_in_run(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """How well the run's world model ranked what the policy really wrote: its anchor pairs (r_hat, r), on the
-    training tasks (the anchor groups), pooled over ``runs``. None when no run has anchor pairs.
+    training tasks (the anchor groups), pooled over the runs that kept them. None when none has any.
 
     ``spearman_per_run``: rank correlation of r_hat with r in each run; ``within_group_concordance``: of the
     pairs of trajectories of one group with different real scores, the share r_hat orders the same way (what
@@ -111,32 +189,26 @@ def world_model_in_run(runs: list[Path]) -> dict[str, Any] | None:
     the real score of that very code); ``bias_mean``: mean r_hat - r (what the calibration must remove)."""
     from scipy.stats import spearmanr
 
-    from wmrl.calibration.pool import LOG_NAME, read_log
-
     per_run, every, agree, total = [], [], 0, 0
-    for run in runs:
-        if not (run / "calibration" / LOG_NAME).is_file():
+    for record in records:
+        pairs = record.get("anchor_pairs")
+        if not pairs:
             continue
-        seen: dict[str, Any] = {}
-        for _, batch, _ in read_log(run / "calibration"):
-            for pair in batch:
-                seen.setdefault(pair.pair_id, pair)  # the pool's rule: the first record of an id counts
-        pairs = list(seen.values())
         if len(pairs) >= 3:
-            per_run.append(float(spearmanr([p.predicted for p in pairs], [p.true for p in pairs])[0]))
+            per_run.append(float(spearmanr([p[1] for p in pairs], [p[2] for p in pairs])[0]))
         groups: dict[str, list[Any]] = {}
         for p in pairs:
-            groups.setdefault(p.group_id, []).append(p)
+            groups.setdefault(p[0], []).append(p)
         for members in groups.values():
-            for a, x in enumerate(members):
-                for y in members[a + 1:]:
-                    if x.true != y.true:
+            for a, (_, x_hat, x) in enumerate(members):
+                for _, y_hat, y in members[a + 1:]:
+                    if x != y:
                         total += 1
-                        agree += bool(np.sign(x.predicted - y.predicted) == np.sign(x.true - y.true))
+                        agree += bool(np.sign(x_hat - y_hat) == np.sign(x - y))
         every += pairs
     if not every:
         return None
-    predicted, true = np.array([p.predicted for p in every]), np.array([p.true for p in every])
+    predicted, true = np.array([p[1] for p in every]), np.array([p[2] for p in every])
     return {"what": "anchor pairs (r_hat, r) of the runs, on training tasks", "runs": len(per_run),
             "pairs": len(every), "spearman_per_run": per_run,
             "spearman_mean": float(np.mean(per_run)) if per_run else None,
@@ -145,11 +217,11 @@ def world_model_in_run(runs: list[Path]) -> dict[str, Any] | None:
             "bias_mean": float(np.mean(predicted - true)), "valid_share": float(np.mean(true > 0))}
 
 
-def memory_build_hours(runs: list[Path], record: Path | None) -> tuple[float, dict[str, Any]]:
+def memory_build_hours(records: list[dict[str, Any]], record: Path | None) -> tuple[float, dict[str, Any]]:
     """(CPU-hours, the record) of the memory's one-time build: generation of its policy samples plus its
     own executions. ``record`` (a ``memory_build.json``) overrides the runs' own records."""
-    found = [json.loads(p.read_text()) for p in ([record] if record else [r / MEMORY_BUILD for r in runs])
-             if p.is_file()]
+    found = ([json.loads(record.read_text())] if record else
+             [r["memory_build"] for r in records if r.get("memory_build")])
     timed = [f for f in found if f.get("seconds_generation") is not None]
     if not timed:
         raise SystemExit(
@@ -164,34 +236,34 @@ def memory_build_hours(runs: list[Path], record: Path | None) -> tuple[float, di
     return seconds / 3600, {**first, "source": str(record) if record else f"the {CANDIDATE} runs' {MEMORY_BUILD}"}
 
 
-def variant_summary(runs: list[Path], one_time_hours: float) -> dict[str, Any]:
-    seeds = [int(tl.run_config(r)["algorithm"]["seed"]) for r in runs]
-    scores = [final_train_score(r) for r in runs]
-    hours = [tl.cost_curve(r)[0] for r in runs]
+def variant_summary(records: list[dict[str, Any]], one_time_hours: float) -> dict[str, Any]:
+    scores, hours = [r["score"] for r in records], [r["run_cpu_hours"] for r in records]
     (score, score_se), (run_hours, run_hours_se) = mean_se(scores), mean_se(hours)
-    heldout = heldout_summary(runs, seeds)
-    return {"seeds": seeds, "score_mean": score, "score_se": score_se, "score_per_seed": scores,
-            "heldout_score_mean": heldout["heldout_after_mean"], **heldout,
-            "distinct_code_share": distinct_code_share(runs),
-            "steps": int(tl.run_config(runs[0])["train"]["steps"]),
+    heldout = heldout_summary(records)
+    return {"seeds": [r["seed"] for r in records], "score_mean": score, "score_se": score_se,
+            "score_per_seed": scores, "heldout_score_mean": heldout["heldout_after_mean"], **heldout,
+            "distinct_code_share": distinct_code_share(records),
+            "distinct_code_runs": sum(bool(r.get("executions")) for r in records),
+            "steps": records[0]["steps"],
             "run_cpu_hours_mean": run_hours, "run_cpu_hours_se": run_hours_se, "run_cpu_hours_per_seed": hours,
             "one_time_cpu_hours": one_time_hours,
             "cpu_hours_mean": run_hours + one_time_hours,
-            "cpu_hours_mean_amortised": run_hours + one_time_hours / len(runs)}
+            "cpu_hours_mean_amortised": run_hours + one_time_hours / len(records)}
 
 
-def headline(sweep: Path, memory_record: Path | None = None, one_time: tuple[float, str] | None = None,
-             sft_cpu_hours: float | None = None) -> dict[str, Any]:
-    runs = tl.finished_runs([sweep])
+def headline(sources: list[Path] | Path, memory_record: Path | None = None,
+             one_time: tuple[float, str] | None = None, sft_cpu_hours: float | None = None,
+             records: Records | None = None) -> dict[str, Any]:
+    sources = [sources] if isinstance(sources, Path) else sources
+    runs = read_sources(sources) if records is None else records
     missing = [v for v in (REFERENCE, CANDIDATE) if v not in runs]
     if missing:
-        raise SystemExit(f"no finished {' or '.join(missing)} run under {sweep}/runs")
-    off = [r.name for v in (REFERENCE, CANDIDATE) for r in runs[v]
-           if not tl.run_config(r)["launch"].get("reuse_executions")]
+        raise SystemExit(f"no finished {' or '.join(missing)} run in {', '.join(map(str, sources))}")
+    off = [r["run"] for v in (REFERENCE, CANDIDATE) for r in runs[v]
+           if not r["reuse_executions"]]
     if off:
         raise SystemExit(f"launch.reuse_executions is off in {', '.join(off)}: not the fair baseline")
-    starts = {json.loads((r / INITIAL_POLICY).read_text()).get("build_hash") if (r / INITIAL_POLICY).is_file()
-              else None for v in (REFERENCE, CANDIDATE) for r in runs[v]}
+    starts = {r["initial_policy"] for v in (REFERENCE, CANDIDATE) for r in runs[v]}
     if len(starts) > 1:  # a seed is the same start only from one initial policy
         raise SystemExit(f"the runs did not start from one initial policy: {sorted(map(str, starts))}")
     if one_time is not None:
@@ -222,11 +294,11 @@ def headline(sweep: Path, memory_record: Path | None = None, one_time: tuple[flo
               "power": {f"{d:.2f}": power(d, diff.sd, diff.n) for d in POWER_AT},
               f"pairs_for_{TARGET_POWER:.0%}_power": {f"{d:.2f}": pairs_for_power(d, diff.sd) for d in POWER_AT}}
     first = runs[REFERENCE][0]
-    pool = {"name": tl.run_config(first)["tasks"].get("pool", "builtin"),
-            "train_tasks": evaluated_tasks(first, "train"), "heldout_tasks": evaluated_tasks(first, "heldout")}
-    out = {"reuse_executions": True, "sweep": sweep.name, "initial_policy": starts.pop(), "pool": pool,
-           "distinct_code_share": ref["distinct_code_share"],
-           "distinct_code_share_of": f"{REFERENCE}'s executions (every trajectory of its runs executed)",
+    pool = {"name": first["pool"], "train_tasks": first["train_tasks"], "heldout_tasks": first["heldout_tasks"]}
+    out = {"reuse_executions": True, "sweep": " + ".join(s.name for s in sources), "initial_policy": starts.pop(),
+           "pool": pool, "distinct_code_share": ref["distinct_code_share"],
+           "distinct_code_share_of": f"{REFERENCE}'s executions (every trajectory of its runs executed; "
+                                     f"{ref['distinct_code_runs']} of its {len(ref['seeds'])} runs kept them)",
            "score": "training-task score after the last step: mean over the evaluated samples (tasks x k), really "
                     "executed; mean ± standard error over seeds",
            "cost": "CPU-hours: the measured seconds of every phase / 3600 (one torch thread per run)",
@@ -296,10 +368,11 @@ def markdown(h: dict[str, Any], command: str) -> str:
                     "|---|---|---|---|---|"]
     for name, v in ((REFERENCE, ref), (CANDIDATE, cand)):
         glo, ghi = v["heldout_paired_gain_ci95"]
-        share = v["distinct_code_share"]
+        share, counted = v["distinct_code_share"], v["distinct_code_runs"]
+        of_runs = "" if counted == len(v["seeds"]) else f" ({counted} of {len(v['seeds'])} runs)"
         heldout_rows.append(f"| {name} | {_number(v['heldout_before_mean'])} | {_number(v['heldout_after_mean'])} ± "
                             f"{_number(v['heldout_after_se'])} | [{glo:+.3f}, {ghi:+.3f}] | "
-                            f"{'-' if share is None else _pct(share)} |")
+                            f"{'-' if share is None else _pct(share) + of_runs} |")
     d = cand.get("heldout_paired_diff")
     if d:
         verdict = "within" if cand["heldout_within_1se_of_grpo_real"] else "not within"
@@ -326,7 +399,12 @@ def markdown(h: dict[str, Any], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", help="the sweep directory (runs/sweeps/headline_reuse)")
+    parser.add_argument("sources", nargs="+", type=Path,
+                        help="sweep directories (runs/sweeps/headline_reuse) and directories of run records "
+                             "(--save-records), pooled; a run found twice counts once")
+    parser.add_argument("--save-records", type=Path, metavar="DIR",
+                        help="write each pooled run's record to DIR (<variant>-s<seed>.json), to commit: a run "
+                             "directory does not outlive its machine, its record does")
     parser.add_argument("--out", default=str(REPO / "results" / "train"))
     parser.add_argument("--memory-build", type=Path, help=f"a {MEMORY_BUILD} to read the one-time cost from "
                         f"(default: the {CANDIDATE} runs' own)")
@@ -337,7 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     if (args.one_time_cpu_hours is None) != (not args.one_time_source):
         parser.error("--one-time-cpu-hours and --one-time-source go together")
     one_time = None if args.one_time_cpu_hours is None else (args.one_time_cpu_hours, args.one_time_source)
-    h = headline(Path(args.sweep), args.memory_build, one_time, args.sft_cpu_hours)
+    records = read_sources(args.sources)
+    if args.save_records:
+        save_records(records, args.save_records)
+    h = headline(args.sources, args.memory_build, one_time, args.sft_cpu_hours, records=records)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "headline.json").write_text(json.dumps(h, indent=1, default=_json_default) + "\n")

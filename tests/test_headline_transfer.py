@@ -81,3 +81,56 @@ def test_headline_pairs_the_heldout_scores_across_variants_and_reads_the_world_m
     md = (out / "headline.md").read_text()
     assert "-0.100 ± 0.050 (s.e.)" in md and "not within 1 s.e. of grpo_real" in md
     assert "within-group order right for 80% of 5 pairs" in md
+
+
+def test_saved_records_pool_with_later_runs_into_the_headline_the_whole_sweep_gives(tmp_path: Path):
+    """A measurement spread over machines: the records of seeds 0-1 (committed; their run directories gone)
+    and a later sweep's seed 2 give the headline one sweep of all three gives; one run read twice counts once."""
+    sweep = _sweep(tmp_path)
+    for name, scored in PAIRS.items():
+        AnchorPool(sweep / "runs" / name / "calibration").add(
+            [AnchorPair(f"0/1/{i}", 0, "t", "0/1", str(i), p, r) for i, (p, r) in enumerate(scored)])
+    write_rollouts(sweep / "runs" / "grpo_real_s0", 0, [[_executed("t", "a"), _executed("t", "a")]])
+    hl = load_script("headline")
+    whole, records = tmp_path / "whole", tmp_path / "records"
+    assert hl.main([str(sweep), "--out", str(whole), "--save-records", str(records)]) == 0
+    assert sorted(p.name for p in records.iterdir()) == [f"{v}-s{s}.json" for v in ("grpo_real", "wmrl") for s in range(3)]
+    later = tmp_path / "later" / "headline_reuse"
+    (later / "runs").mkdir(parents=True)
+    for name in ("grpo_real_s2", "wmrl_s2"):
+        (records / f"{name.replace('_s', '-s')}.json").unlink()
+        (sweep / "runs" / name).rename(later / "runs" / name)
+    pooled = tmp_path / "pooled"
+    assert hl.main([str(records), str(later), "--out", str(pooled)]) == 0
+    assert hl.main([str(records), str(later), str(later), "--out", str(tmp_path / "twice")]) == 0
+    a, b, c = (json.loads((d / "headline.json").read_text()) for d in (whole, pooled, tmp_path / "twice"))
+    for h in (a, b, c):
+        h.pop("sweep")
+    assert a == b == c
+    assert a["variants"]["wmrl"]["world_model_in_run"]["pairs"] == 6 and a["distinct_code_share"] == pytest.approx(0.5)
+
+
+def test_two_different_runs_of_one_seed_are_refused_not_double_counted(tmp_path: Path):
+    sweep = _sweep(tmp_path)
+    hl = load_script("headline")
+    records = tmp_path / "records"
+    assert hl.main([str(sweep), "--out", str(tmp_path / "out"), "--save-records", str(records)]) == 0
+    edited = records / "wmrl-s1.json"
+    edited.write_text(json.dumps({**json.loads(edited.read_text()), "score": 0.99}))
+    with pytest.raises(SystemExit, match="wmrl seed 1 twice, with different numbers"):
+        hl.main([str(records), str(sweep), "--out", str(tmp_path / "out")])
+
+
+def test_a_record_that_lost_its_rollouts_is_left_out_of_the_distinct_share_and_says_so(tmp_path: Path):
+    sweep = _sweep(tmp_path)
+    write_rollouts(sweep / "runs" / "grpo_real_s0", 0, [[_executed("t", "a"), _executed("t", "b")]])
+    hl = load_script("headline")
+    records = tmp_path / "records"
+    assert hl.main([str(sweep), "--out", str(tmp_path / "out"), "--save-records", str(records)]) == 0
+    lost = records / "grpo_real-s1.json"  # counts unknown: null, not 0 of 0
+    lost.write_text(json.dumps({**json.loads(lost.read_text()), "executions": None, "distinct_codes": None}))
+    assert hl.main([str(records), "--out", str(tmp_path / "out")]) == 0
+    h = json.loads((tmp_path / "out" / "headline.json").read_text())
+    assert h["distinct_code_share"] == 1.0 and h["variants"]["grpo_real"]["distinct_code_runs"] == 1
+    assert "1 of its 3 runs kept them" in h["distinct_code_share_of"]
+    assert "| 100% (1 of 3 runs) |" in (tmp_path / "out" / "headline.md").read_text()
