@@ -218,8 +218,8 @@ def world_model_in_run(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def memory_build_hours(records: list[dict[str, Any]], record: Path | None) -> tuple[float, dict[str, Any]]:
-    """(CPU-hours, the record) of the memory's one-time build: generation of its policy samples plus its
-    own executions. ``record`` (a ``memory_build.json``) overrides the runs' own records."""
+    """(CPU-hours, the record) of the memory's one-time build of these runs (one initial policy): generation
+    of its policy samples plus its own executions. ``record`` (a ``memory_build.json``) overrides theirs."""
     found = ([json.loads(record.read_text())] if record else
              [r["memory_build"] for r in records if r.get("memory_build")])
     timed = [f for f in found if f.get("seconds_generation") is not None]
@@ -236,9 +236,53 @@ def memory_build_hours(records: list[dict[str, Any]], record: Path | None) -> tu
     return seconds / 3600, {**first, "source": str(record) if record else f"the {CANDIDATE} runs' {MEMORY_BUILD}"}
 
 
-def variant_summary(records: list[dict[str, Any]], one_time_hours: float) -> dict[str, Any]:
+def starts_by_seed(runs: Records) -> dict[str, list[int]]:
+    """The initial policies the runs started from, each with its seeds. A seed pairs only when both variants
+    started from one policy; seeds may differ (an SFT built on another kind of machine is another build:
+    results/reproducibility/README.md), which is a nuisance factor like the seed itself."""
+    by_seed: dict[int, set[str | None]] = {}
+    for v in (REFERENCE, CANDIDATE):
+        for r in runs[v]:
+            by_seed.setdefault(r["seed"], set()).add(r["initial_policy"])
+    mixed = {seed: sorted(map(str, starts)) for seed, starts in by_seed.items() if len(starts) > 1}
+    if mixed:
+        raise SystemExit("the runs did not start from one initial policy: "
+                         + "; ".join(f"seed {seed}: {', '.join(st)}" for seed, st in sorted(mixed.items())))
+    out: dict[str, list[int]] = {}
+    for seed, (start,) in sorted(by_seed.items()):
+        out.setdefault(str(start), []).append(seed)
+    return out
+
+
+def one_time_costs(runs: list[dict[str, Any]], starts: dict[str, list[int]], memory_record: Path | None,
+                   one_time: tuple[float, str] | None) -> tuple[list[float], float, dict[str, Any]]:
+    """wmrl's one-time cost: (each run's, charged whole to it; the sweep's total; what it was): one memory
+    build per initial policy, charged to the runs that started from it."""
+    if one_time is not None:
+        return [one_time[0]] * len(runs), one_time[0] * len(starts), {"source": one_time[1]}
+    if memory_record is not None and len(starts) > 1:
+        raise SystemExit("--memory-build gives one build; these runs started from "
+                         f"{len(starts)} initial policies: {', '.join(starts)}")
+    hours, builds = {}, {}
+    for start in starts:
+        hours[start], builds[start] = memory_build_hours([r for r in runs if str(r["initial_policy"]) == start],
+                                                         memory_record)
+        built = builds[start].get("build")
+        if built and start != "None" and built != start:
+            raise SystemExit(f"the memory build {built} is not of the runs' initial policy {start}")
+    first = builds[next(iter(starts))]
+    detail = first if len(starts) == 1 else {**first, "per_initial_policy": {
+        start: {**builds[start], "cpu_hours": hours[start]} for start in starts}}
+    return [hours[str(r["initial_policy"])] for r in runs], sum(hours.values()), detail
+
+
+def variant_summary(records: list[dict[str, Any]], one_time_per_run: list[float] | None = None,
+                    one_time_total: float = 0.0) -> dict[str, Any]:
+    """One variant's numbers; ``one_time_per_run``: each run's one-time cost charged whole to it (the
+    headline's basis), ``one_time_total``: the sweep's one-time costs, spread over its runs (amortised)."""
     scores, hours = [r["score"] for r in records], [r["run_cpu_hours"] for r in records]
     (score, score_se), (run_hours, run_hours_se) = mean_se(scores), mean_se(hours)
+    one_time_hours = float(np.mean(one_time_per_run)) if one_time_per_run else 0.0
     heldout = heldout_summary(records)
     return {"seeds": [r["seed"] for r in records], "score_mean": score, "score_se": score_se,
             "score_per_seed": scores, "heldout_score_mean": heldout["heldout_after_mean"], **heldout,
@@ -248,7 +292,7 @@ def variant_summary(records: list[dict[str, Any]], one_time_hours: float) -> dic
             "run_cpu_hours_mean": run_hours, "run_cpu_hours_se": run_hours_se, "run_cpu_hours_per_seed": hours,
             "one_time_cpu_hours": one_time_hours,
             "cpu_hours_mean": run_hours + one_time_hours,
-            "cpu_hours_mean_amortised": run_hours + one_time_hours / len(records)}
+            "cpu_hours_mean_amortised": run_hours + one_time_total / len(records)}
 
 
 def headline(sources: list[Path] | Path, memory_record: Path | None = None,
@@ -263,17 +307,10 @@ def headline(sources: list[Path] | Path, memory_record: Path | None = None,
            if not r["reuse_executions"]]
     if off:
         raise SystemExit(f"launch.reuse_executions is off in {', '.join(off)}: not the fair baseline")
-    starts = {r["initial_policy"] for v in (REFERENCE, CANDIDATE) for r in runs[v]}
-    if len(starts) > 1:  # a seed is the same start only from one initial policy
-        raise SystemExit(f"the runs did not start from one initial policy: {sorted(map(str, starts))}")
-    if one_time is not None:
-        build_hours, build = one_time[0], {"source": one_time[1]}
-    else:
-        build_hours, build = memory_build_hours(runs[CANDIDATE], memory_record)
-        if build.get("build") and None not in starts and build["build"] not in starts:
-            raise SystemExit(f"the memory build {build['build']} is not of the runs' initial policy {sorted(starts)}")
-    ref = variant_summary(runs[REFERENCE], 0.0)
-    cand = variant_summary(runs[CANDIDATE], build_hours)
+    starts = starts_by_seed(runs)  # a seed is the same start for both variants only from one initial policy
+    per_run, total, build = one_time_costs(runs[CANDIDATE], starts, memory_record, one_time)
+    ref = variant_summary(runs[REFERENCE])
+    cand = variant_summary(runs[CANDIDATE], per_run, total)
     cand["one_time"] = {"what": "the executed-solution memory's build: its policy samples drawn and its own "
                                 "executions (once per SFT build)", **build}
     ref["one_time"] = {"what": "none beyond the SFT, which both variants share"}
@@ -295,7 +332,8 @@ def headline(sources: list[Path] | Path, memory_record: Path | None = None,
               f"pairs_for_{TARGET_POWER:.0%}_power": {f"{d:.2f}": pairs_for_power(d, diff.sd) for d in POWER_AT}}
     first = runs[REFERENCE][0]
     pool = {"name": first["pool"], "train_tasks": first["train_tasks"], "heldout_tasks": first["heldout_tasks"]}
-    out = {"reuse_executions": True, "sweep": " + ".join(s.name for s in sources), "initial_policy": starts.pop(),
+    out = {"reuse_executions": True, "sweep": " + ".join(s.name for s in sources),
+           "initial_policy": next(iter(starts)) if len(starts) == 1 else sorted(starts), "initial_policy_seeds": starts,
            "pool": pool, "distinct_code_share": ref["distinct_code_share"],
            "distinct_code_share_of": f"{REFERENCE}'s executions (every trajectory of its runs executed; "
                                      f"{ref['distinct_code_runs']} of its {len(ref['seeds'])} runs kept them)",
@@ -358,6 +396,10 @@ def markdown(h: dict[str, Any], command: str) -> str:
                      f"{ref['one_time']['what']}. SFT: "
                      + (f"{sft:.3f} CPU-hours, " if sft is not None else "not measured here, ")
                      + "shared, charged to neither.")
+    if len(h["initial_policy_seeds"]) > 1:
+        one_time_line += (" Initial policies (each seed's runs share one; each build's memory is charged to its "
+                          "own runs): " + "; ".join(f"`{start[:16]}` seeds {', '.join(map(str, seeds))}"
+                                                    for start, seeds in h["initial_policy_seeds"].items()) + ".")
     power_line = (f"The design's power ({design['test']}, alpha {design['alpha']}, the observed sd of the paired "
                   "differences):")
     pool = h["pool"]

@@ -142,3 +142,25 @@ def test_power_of_the_paired_design_matches_the_issues_three_seed_numbers():
     assert pairs_for_power(0.05, p.sd) == 18
     # a large effect on 3 pairs: scipy's nct.cdf gave NaN for the far tail (round 19's transfer headline)
     assert power(0.10, 0.0143, 3) == pytest.approx(0.99926, abs=1e-4)
+
+
+def test_seeds_from_two_initial_policies_pool_each_charged_its_own_memory_build(tmp_path: Path):
+    """A later machine builds another SFT (results/reproducibility): its seeds pair among themselves, and
+    its memory's build is charged to its runs, not the first build's."""
+    sweep = tmp_path / "headline_reuse"
+    other = {"build": "sft-b", "samples": 176, "seconds_generation": 216.0, "executions": 40,
+             "seconds_execution": 144.0}  # 0.1 CPU-hours
+    for seed, start, memory in ((0, "sft-a", BUILD), (1, "sft-a", BUILD), (2, "sft-b", other)):
+        _run(sweep, "grpo_real", seed, 0.3, GRPO[seed], hours=0.2, start=start)
+        _run(sweep, "wmrl", seed, 0.3, WMRL[seed], hours=0.1, memory=memory, start=start)
+    out = tmp_path / "out"
+    assert load_script("headline").main([str(sweep), "--out", str(out)]) == 0
+    h = json.loads((out / "headline.json").read_text())
+    assert h["initial_policy_seeds"] == {"sft-a": [0, 1], "sft-b": [2]}
+    w = h["variants"]["wmrl"]
+    assert w["one_time_cpu_hours"] == pytest.approx((0.05 + 0.05 + 0.1) / 3)
+    assert w["cpu_hours_mean_amortised"] == pytest.approx(0.1 + (0.05 + 0.1) / 3)
+    assert w["one_time"]["per_initial_policy"]["sft-b"]["cpu_hours"] == pytest.approx(0.1)
+    assert "`sft-b` seeds 2" in (out / "headline.md").read_text()
+    with pytest.raises(SystemExit, match="--memory-build gives one build"):
+        load_script("headline").main([str(sweep), "--out", str(out), "--memory-build", str(sweep)])
