@@ -4,6 +4,7 @@ and the exact resume of its inputs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,36 @@ def test_once_flat_top_warns_the_chosen_response_plans_the_step(tmp_path, respon
     assert (planned_variant.name, planned_rho) == (variant, rho)
     if response == "anchors_only":
         assert decision.groups == 2 and decision.reason == "anchors_only"
+
+
+def _observe_bump(cal: Calibrator, steps: int) -> None:
+    """A world model that over-rates a band of mediocre solutions (the simulator's nonmonotone phi): it
+    orders solutions around r = 0.35 backwards, while its top quartile still ranks."""
+    rng = np.random.default_rng(1)
+    for step in range(steps):
+        r = rng.beta(2, 2, 8)
+        r_hat = np.clip(r + 0.5 * np.exp(-(((r - 0.35) / 0.08) ** 2)) + rng.normal(0, 0.03, 8), 0, 1)
+        cal.observe([AnchorPair(f"{step}/{i}", step, f"t{step % 5}", f"g{step}", str(i), float(r_hat[i]),
+                                float(r[i])) for i in range(8)], step)
+        if cal.audit_due:
+            cal.audit(AuditThresholds(min_pairs=100, min_groups=10))
+
+
+def test_a_world_model_that_orders_a_band_backwards_is_routed_around_like_a_flat_one():
+    """Theorem 4 needs Delta_phi > 0 everywhere: a monotonicity warning (Delta_phi < 0 somewhere) gets the
+    chosen response too, not the variance bound's extra anchors beside a biased stream."""
+    alg = AlgorithmConfig(min_pairs=100, refit_every=24, on_flat_world_model="anchors_only", groups_per_step=10,
+                          anchor_frac=0.2, anchor_rule="adaptive")
+    shell = LoopShell(alg, None)
+    _observe_bump(shell.calibrator, 100)
+    assert shell.calibrator.warned("monotonicity") and not shell.calibrator.warned("flat_top")
+    variant, decision, _ = shell.plan()
+    assert variant.name == "grpo_anchor_only" and decision.groups == 2 and decision.reason == "anchors_only"
+    assert "monotonicity" in decision.detail
+    warn_only = LoopShell(replace(alg, on_flat_world_model="warn"), None)
+    _observe_bump(warn_only.calibrator, 100)
+    variant, decision, _ = warn_only.plan()  # the rule alone: rho at w_max, more anchors, the stream kept
+    assert variant.name == "wmrl" and decision.reason == "audit" and decision.groups > 2
 
 
 def test_wmrl_status_shows_the_anchor_fraction_and_why(tmp_path):

@@ -83,8 +83,9 @@ class AlgorithmConfig(Section):
     # form: the bound as a rate (groups per step, fractions too), realised over steps by a carry, at
     # least one anchor group in every G consecutive steps (with min_anchor_groups 0: steps without any).
     anchor_max_gap: int = field(default=0, metadata=in_range(0))
-    # Once the audit's flat_top check warns (the world model cannot rank the top scores): warn only;
-    # shift (rho = w_max: the anchor stream weighs most); anchors_only (the step turns grpo_anchor_only).
+    # Once the audit warns that the world model cannot rank (flat_top: flat at the top; monotonicity: a
+    # band ordered backwards): warn only; shift (rho = w_max: the anchor stream weighs most);
+    # anchors_only (the step turns grpo_anchor_only).
     on_flat_world_model: str = field(default="warn", metadata=choice(FLAT_RESPONSES))
     # Debiaser is the identity until this many pairs; first fit happens here.
     min_pairs: int = field(default=200, metadata=in_range(1))

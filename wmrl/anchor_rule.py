@@ -61,8 +61,13 @@ import math
 from dataclasses import dataclass
 
 ANCHOR_RULES: tuple[str, ...] = ("fixed", "adaptive")
-# What a run does once the audit's flat_top check warns (the world model cannot rank at the top).
+# What a run does once the audit warns that the world model cannot rank (``algorithm.on_flat_world_model``).
 FLAT_RESPONSES: tuple[str, ...] = ("warn", "shift", "anchors_only")
+# The checks whose warning says so. Theorem 4's contraction needs Delta_phi > 0 at every level: flat_top
+# finds Delta_phi -> 0 at the top; a monotonicity warning finds Delta_phi < 0 somewhere, a world model that
+# orders part of the range backwards, which no monotone f_hat undoes and more anchors only dilute (the
+# variance bound at rho = w_max asks for (m + 2 k0) / 3 groups at w_max = 4 and leaves the stream's bias).
+CANNOT_RANK_CHECKS: tuple[str, ...] = ("flat_top", "monotonicity")
 # Audit checks whose flag means eta2 no longer measures the world-model stream's error.
 ASSUMPTION_CHECKS: tuple[str, ...] = ("monotonicity", "stationarity", "task_bias", "flat_top")
 # The reason's category, logged as the number ``anchor/reason`` (MLflow metrics are numbers): its index.

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from wmrl.algorithm import AlgorithmConfig, Variant, get_variant
-from wmrl.anchor_rule import AnchorDecision, decide
+from wmrl.anchor_rule import CANNOT_RANK_CHECKS, AnchorDecision, decide
 from wmrl.calibration.audit import AuditReport
 from wmrl.calibration.calibrator import AUDIT_NAME, STATE_NAME, Calibrator, read_audit
 from wmrl.calibration.pool import LOG_NAME
@@ -78,21 +78,23 @@ class LoopShell:
 
     def plan(self) -> tuple[Variant, AnchorDecision, float | None]:
         """The next step's variant, anchor-group count (``algorithm.anchor_rule``) and anchor weight, from
-        the calibration's state alone (so a resumed run plans the same step). Once the audit's flat_top
-        check warns, ``algorithm.on_flat_world_model`` answers: ``shift`` weighs the anchor stream at
-        w_max, ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model).
+        the calibration's state alone (so a resumed run plans the same step). Once the audit warns that the
+        world model cannot rank (a check of ``CANNOT_RANK_CHECKS``: flat_top or monotonicity),
+        ``algorithm.on_flat_world_model`` answers: ``shift`` weighs the anchor stream at w_max,
+        ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model).
         Pure: the rate form's carry moves when the step records the decision (``Calibrator.record_anchor``)."""
         alg, cal = self.alg, self.calibrator
         decision = decide(alg.anchor_rule, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups,
                           alg.w_max, None if cal is None else cal.rule_inputs(), alg.anchor_max_gap)
-        if cal is None or not cal.warned("flat_top") or alg.on_flat_world_model == "warn":
+        cannot_rank = [] if cal is None else [c for c in CANNOT_RANK_CHECKS if cal.warned(c)]
+        if not cannot_rank or alg.on_flat_world_model == "warn":
             return self.variant, decision, None
         if alg.on_flat_world_model == "shift":
             return self.variant, decision, alg.w_max
         fixed = decide("fixed", alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, alg.w_max, None)
         return get_variant("grpo_anchor_only"), AnchorDecision(
             fixed.groups, "anchors_only", f"{fixed.groups} of {alg.groups_per_step} groups, anchors only: the "
-            "audit warned that the world model cannot rank the top scores (on_flat_world_model)",
+            f"audit warned that the world model cannot rank ({', '.join(cannot_rank)}; on_flat_world_model)",
             carry=cal.anchor_carry), None  # the rate form's carry waits, as the rest of the state
 
     @property
