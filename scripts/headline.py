@@ -134,7 +134,7 @@ def read_sources(sources: list[Path]) -> Records:
             records = [run_record(run, variant) for variant, runs in tl.finished_runs([source]).items()
                        for run in runs]
         elif source.is_dir():
-            records = [{**json.loads(p.read_text()), "source": f"record {p}"} for p in sorted(source.glob("*.json"))]
+            records = [read_record(p) for p in sorted(source.glob("*.json"))]
         else:
             raise SystemExit(f"{source}: neither a sweep directory (with runs/) nor a directory of run records")
         for r in records:
@@ -147,6 +147,22 @@ def read_sources(sources: list[Path]) -> Records:
     for (variant, _), r in sorted(found.items()):
         by_variant.setdefault(variant, []).append(r)
     return by_variant
+
+
+RECORD_KEYS = ("variant", "seed", "run", "reuse_executions", "initial_policy", "score", *SAME_RUN[1:], "steps")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """One record ``--save-records`` wrote; anything else in the directory is an error that names it."""
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as err:
+        raise SystemExit(f"{path}: not a run record (not JSON: {err})") from None
+    missing = [k for k in RECORD_KEYS if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise SystemExit(f"{path}: not a run record (no {', '.join(missing)}); a records directory holds only "
+                         "the files --save-records wrote")
+    return {**record, "source": f"record {path}"}
 
 
 def save_records(records: Records, out: Path) -> None:

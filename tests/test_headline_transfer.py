@@ -134,3 +134,9 @@ def test_a_record_that_lost_its_rollouts_is_left_out_of_the_distinct_share_and_s
     assert h["distinct_code_share"] == 1.0 and h["variants"]["grpo_real"]["distinct_code_runs"] == 1
     assert "1 of its 3 runs kept them" in h["distinct_code_share_of"]
     assert "| 100% (1 of 3 runs) |" in (tmp_path / "out" / "headline.md").read_text()
+
+
+def test_a_directory_that_is_not_records_is_named_not_half_read(tmp_path: Path):
+    (tmp_path / "eval-heldout.json").write_text(json.dumps({"k": 2, "score": 0.3}))
+    with pytest.raises(SystemExit, match=r"eval-heldout.json: not a run record \(no variant, seed"):
+        load_script("headline").main([str(tmp_path), "--out", str(tmp_path / "out")])
