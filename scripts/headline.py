@@ -149,7 +149,7 @@ def read_sources(sources: list[Path]) -> Records:
     return by_variant
 
 
-RECORD_KEYS = ("variant", "seed", "run", "reuse_executions", "initial_policy", "score", *SAME_RUN[1:], "steps")
+RECORD_KEYS = ("variant", "seed", "run", "reuse_executions", "initial_policy", "steps", *SAME_RUN)
 
 
 def read_record(path: Path) -> dict[str, Any]:
