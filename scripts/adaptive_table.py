@@ -34,7 +34,10 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmrl adaptive (rate)": ("wmrl", ("algorithm.anchor_rule=adaptive", "algorithm.on_flat_world_model=anchors_only",
                                       "algorithm.anchor_max_gap=4", "algorithm.min_anchor_groups=0")),
 }
-ADAPTIVE_ARMS: tuple[str, ...] = ("wmrl adaptive", "wmrl adaptive (rate)")
+# Round 22: the rate form with the world-model stream held back until an audit has cleared it
+# (algorithm.world_model_from=audit): anchors only, the world model scoring their solutions, until then.
+ARMS["wmrl adaptive (rate) gated"] = ("wmrl", (*ARMS["wmrl adaptive (rate)"][1], "algorithm.world_model_from=audit"))
+ADAPTIVE_ARMS: tuple[str, ...] = ("wmrl adaptive", "wmrl adaptive (rate)", "wmrl adaptive (rate) gated")
 # Fixed wmrl at a larger anchor fraction or anchor-weight cap (round 18: does either close fixed wmrl's
 # score gap to grpo_real?). Run with --arms, summarised by --scan into scan.md; not in the table.
 SCAN_ARMS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -45,7 +45,8 @@ def test_a_fixed_rule_run_round_trips(fixed_run):
     fit = fit_run(ev)
     assert [(s.groups, s.reason) for s in fit.rule.steps] == [(2, "fixed")] * STEPS  # round(0.25 * 8)
     assert fit.rule_settings == {"anchor_rule": "fixed", "anchor_frac": 0.25, "min_anchor_groups": 1,
-                                 "anchor_max_gap": 0, "on_flat_world_model": "warn", "w_max": 4.0}
+                                 "anchor_max_gap": 0, "on_flat_world_model": "warn", "world_model_from": "start",
+                                 "w_max": 4.0}
     assert fit.noise_change_step is None  # one noise level: no change point
     assert "algorithm.anchor_rule=fixed" in fit.simulator_overrides()
     assert fit.to_dict()["rule_settings"]["anchor_frac"] == 0.25

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from wmrl.anchor_rule import ANCHOR_RULES, FLAT_RESPONSES, fixed_groups
+from wmrl.anchor_rule import ANCHOR_RULES, FLAT_RESPONSES, WORLD_MODEL_FROM, fixed_groups
 from wmrl.config_checks import ConfigError, Section, choice, in_range
 
 
@@ -87,6 +87,10 @@ class AlgorithmConfig(Section):
     # band ordered backwards): warn only; shift (rho = w_max: the anchor stream weighs most);
     # anchors_only (the step turns grpo_anchor_only).
     on_flat_world_model: str = field(default="warn", metadata=choice(FLAT_RESPONSES))
+    # When the world-model stream starts to train: at the first step (start, the paper), or once an audit
+    # of the anchor pairs has run flat_top and monotonicity and neither flagged (audit); until then each
+    # step is grpo_anchor_only's, and the world model only scores the anchors' solutions (the pairs).
+    world_model_from: str = field(default="start", metadata=choice(WORLD_MODEL_FROM))
     # Debiaser is the identity until this many pairs; first fit happens here.
     min_pairs: int = field(default=200, metadata=in_range(1))
     # Refit after every this many new pairs.

@@ -58,6 +58,7 @@ See docs/calibration.md ("The anchor rule") for the derivation and its limits.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ANCHOR_RULES: tuple[str, ...] = ("fixed", "adaptive")
@@ -68,11 +69,18 @@ FLAT_RESPONSES: tuple[str, ...] = ("warn", "shift", "anchors_only")
 # orders part of the range backwards, which no monotone f_hat undoes and more anchors only dilute (the
 # variance bound at rho = w_max asks for (m + 2 k0) / 3 groups at w_max = 4 and leaves the stream's bias).
 CANNOT_RANK_CHECKS: tuple[str, ...] = ("flat_top", "monotonicity")
+# When the world-model stream starts to train (``algorithm.world_model_from``): at the first step (the
+# paper: raw r_hat until min_pairs, then f_hat), or once an audit has run both CANNOT_RANK_CHECKS on the
+# anchor pairs and neither flagged. Until then the step is grpo_anchor_only's (only anchor groups rolled
+# out) with the world model scoring the anchors' solutions, so the pairs and the audit build up at the
+# anchor-only run's cost plus those calls: a world model that cannot rank costs almost nothing to find out.
+WORLD_MODEL_FROM: tuple[str, ...] = ("start", "audit")
 # Audit checks whose flag means eta2 no longer measures the world-model stream's error.
 ASSUMPTION_CHECKS: tuple[str, ...] = ("monotonicity", "stationarity", "task_bias", "flat_top")
 # The reason's category, logged as the number ``anchor/reason`` (MLflow metrics are numbers): its index.
-# ``max_gap``: the rate form's floor 1/anchor_max_gap decided (the variance asked for less).
-REASONS: tuple[str, ...] = ("fixed", "warm-up", "variance", "audit", "starved", "anchors_only", "max_gap")
+# ``max_gap``: the rate form's floor 1/anchor_max_gap decided (the variance asked for less); ``gated``: no
+# audit has cleared the world model yet (``world_model_from: audit``). New reasons go last: the index is logged.
+REASONS: tuple[str, ...] = ("fixed", "warm-up", "variance", "audit", "starved", "anchors_only", "max_gap", "gated")
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,12 @@ class AnchorDecision:
 
     def frac(self, m: int) -> float:
         return self.groups / m
+
+
+def clears_world_model(checked: Sequence[str], flags: Sequence[str]) -> bool:
+    """Whether an audit lets the world-model stream start (``world_model_from: audit``): it ran every
+    check of CANNOT_RANK_CHECKS (none skipped for want of pairs) and none of them flagged."""
+    return all(c in checked and c not in flags for c in CANNOT_RANK_CHECKS)
 
 
 def fixed_groups(m: int, anchor_frac: float, min_anchor_groups: int) -> int:

@@ -81,21 +81,37 @@ class LoopShell:
         the calibration's state alone (so a resumed run plans the same step). Once the audit warns that the
         world model cannot rank (a check of ``CANNOT_RANK_CHECKS``: flat_top or monotonicity),
         ``algorithm.on_flat_world_model`` answers: ``shift`` weighs the anchor stream at w_max,
-        ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model).
+        ``anchors_only`` runs the step as grpo_anchor_only (its anchor count, no world model). With
+        ``algorithm.world_model_from: audit`` the steps before an audit has cleared the world model run
+        as grpo_anchor_only too (``gated``), the world model scoring the anchors' solutions.
         Pure: the rate form's carry moves when the step records the decision (``Calibrator.record_anchor``)."""
         alg, cal = self.alg, self.calibrator
         decision = decide(alg.anchor_rule, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups,
                           alg.w_max, None if cal is None else cal.rule_inputs(), alg.anchor_max_gap)
         cannot_rank = [] if cal is None else [c for c in CANNOT_RANK_CHECKS if cal.warned(c)]
-        if not cannot_rank or alg.on_flat_world_model == "warn":
+        respond = bool(cannot_rank) and alg.on_flat_world_model != "warn"
+        if cal is not None and alg.world_model_from == "audit" and not cal.world_model_cleared \
+                and not (respond and alg.on_flat_world_model == "anchors_only"):
+            return get_variant("grpo_anchor_only"), self._anchors_only(
+                "gated", "no audit has yet found that the world model can rank (flat_top and monotonicity "
+                "run on the anchor pairs, neither flagged; world_model_from: audit): the world model only "
+                "scores the anchors' solutions"), None
+        if not respond:
             return self.variant, decision, None
         if alg.on_flat_world_model == "shift":
             return self.variant, decision, alg.w_max
-        fixed = decide("fixed", alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, alg.w_max, None)
-        return get_variant("grpo_anchor_only"), AnchorDecision(
-            fixed.groups, "anchors_only", f"{fixed.groups} of {alg.groups_per_step} groups, anchors only: the "
-            f"audit warned that the world model cannot rank ({', '.join(cannot_rank)}; on_flat_world_model)",
-            carry=cal.anchor_carry), None  # the rate form's carry waits, as the rest of the state
+        return get_variant("grpo_anchor_only"), self._anchors_only(
+            "anchors_only", f"the audit warned that the world model cannot rank ({', '.join(cannot_rank)}; "
+            "on_flat_world_model)"), None
+
+    def _anchors_only(self, reason: str, why: str) -> AnchorDecision:
+        """A grpo_anchor_only step at the fixed rule's count; the rate form's carry waits, as the rest of
+        the calibration's state."""
+        alg, cal = self.alg, self.calibrator
+        assert cal is not None
+        k = decide("fixed", alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups, alg.w_max, None).groups
+        return AnchorDecision(k, reason, f"{k} of {alg.groups_per_step} groups, anchors only: {why}",
+                              carry=cal.anchor_carry)
 
     @property
     def calls_world_model(self) -> bool:
@@ -109,9 +125,11 @@ class LoopShell:
         self.last_decision = decision
         if self.calibrator is not None:
             self.calibrator.record_anchor(decision, self.alg.groups_per_step)
+        # a gated step trains as grpo_anchor_only but has the world model score its anchors (the pairs)
+        scores_pairs = world_model_scores(variant) or decision.reason == "gated"
         done = wmrl_step(
             step, variant=variant, alg=self.alg, task_pool=task_pool, policy=policy, executed_env=executed_env,
-            world_model_env=world_model_env if world_model_scores(variant) else None,
+            world_model_env=world_model_env if scores_pairs else None,
             learner=learner, calibrator=self.calibrator, rng=rng,
             # the fixed rule keeps today's draw path (round(anchor_frac * m) inside the step)
             n_anchor=None if decision.reason == "fixed" else decision.groups, rho=rho,

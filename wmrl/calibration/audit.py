@@ -114,6 +114,7 @@ class AuditReport:
     streaks: dict[str, int] = field(default_factory=dict)  # consecutive flagged audits per check
     warnings: list[str] = field(default_factory=list)  # flags that persisted
     skipped: list[str] = field(default_factory=list)  # checks not run, with the reason
+    checked: list[str] = field(default_factory=list)  # checks that ran (flagged or not), in the order of CHECKS
     top_rank: float = NAN  # Spearman of r_hat and r among the pairs with a high true score
     top_rank_upper: float = NAN  # its bootstrap upper bound
     n_top: int = 0  # the pairs it was computed on
@@ -473,6 +474,7 @@ def audit_pool(
         thresholds=t,
         **{key: value for finding in findings.values() for key, value in finding.values.items()},
         flags=list(messages),
+        checked=[check for check, finding in findings.items() if finding.skipped is None],
         skipped=skipped + [finding.skipped for finding in findings.values() if finding.skipped is not None],
     )
     persist = _update_streaks(report, streaks, t)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
-from wmrl.anchor_rule import REASONS, AnchorDecision, RuleInputs
+from wmrl.anchor_rule import REASONS, AnchorDecision, RuleInputs, clears_world_model
 from wmrl.calibration.audit import AuditReport, AuditThresholds, audit_pool
 from wmrl.calibration.debias import Debiaser, as_scores, cross_fitted
 from wmrl.calibration.denoise import Denoiser
@@ -92,6 +92,10 @@ class Calibrator:
         self.anchor_carry = 0.0
         self.anchor_decisions = 0
         self.rate_form = False
+        # Pool size at the first audit that cleared the world model (ran flat_top and monotonicity, neither
+        # flagged: algorithm.world_model_from = audit); None until then. A pool size, not a flag, so that
+        # a load as of an earlier step (fewer pairs) finds it not yet cleared.
+        self.world_model_cleared_at: int | None = None
         if self.directory is not None:
             self.save()  # the flags and the empty state: load() always finds a snapshot
 
@@ -162,6 +166,11 @@ class Calibrator:
         flagged = tuple(c for c, streak in sorted(self._audit_streaks.items()) if streak > 0)
         return RuleInputs(self.warmed_up, d.eta2, d.eta2_cal, flagged, self.anchor_carry)
 
+    @property
+    def world_model_cleared(self) -> bool:
+        """Whether an audit has found that the world model can rank (see ``clears_world_model``)."""
+        return self.world_model_cleared_at is not None
+
     def warned(self, check: str, persist: int | None = None) -> bool:
         """Whether ``check`` has flagged at ``persist`` consecutive audits (the audit's warning rule)."""
         need = AuditThresholds().persist if persist is None else persist
@@ -216,6 +225,8 @@ class Calibrator:
             streaks=self._audit_streaks,
         )
         self._audit_streaks = dict(report.streaks)
+        if self.world_model_cleared_at is None and clears_world_model(report.checked, report.flags):
+            self.world_model_cleared_at = len(self.pool)
         for message in report.warnings:
             log.warning("calibration audit: %s", message)
         if self.directory is not None:
@@ -243,6 +254,8 @@ class Calibrator:
                 "groups": self.anchor.groups, "reason": self.anchor.reason, "detail": self.anchor.detail,
                 "groups_per_step": self.groups_per_step, **self._rate_form_state()},
         }
+        if self.world_model_cleared_at is not None:
+            state["world_model_cleared_at"] = self.world_model_cleared_at
         if self.rate_form:
             state.update(anchor_carry=self.anchor_carry, anchor_decisions=self.anchor_decisions)
         atomic_write_json(self.directory / STATE_NAME, state)
@@ -308,6 +321,8 @@ class Calibrator:
             cal.groups_per_step = int(a["groups_per_step"])
         cal.anchor_carry, cal.anchor_decisions = _anchor_carry(state, step, path)
         cal.rate_form = "anchor_carry" in state
+        cleared = state.get("world_model_cleared_at")
+        cal.world_model_cleared_at = None if cleared is None or cleared > len(cal.pool) else int(cleared)
         cal.directory = directory
         cal.pool.attach(directory, records[-1][2] if records else 0)
         cal._unsaved = len(records) - done

@@ -30,8 +30,8 @@ The fit, each part a plain estimator stated in :meth:`Fit.describe`:
 - cost: measured seconds per execution, world-model call, trajectory and update (weight sync counted
   with the update), or the config's price list when the run measured nothing (a simulated run).
 - the anchor rule (issue 37): its settings (``algorithm.anchor_rule``, ``anchor_frac``,
-  ``min_anchor_groups``, ``on_flat_world_model``, ``w_max``) carried over; what it saw and chose per step
-  (:mod:`wmrl.sweep.rule_trace`); the noise relative to warm-up, so that the simulated eta2/eta2_cal
+  ``min_anchor_groups``, ``anchor_max_gap``, ``on_flat_world_model``, ``world_model_from``, ``w_max``)
+  carried over; what it saw and chose per step (:mod:`wmrl.sweep.rule_trace`); the noise relative to warm-up, so that the simulated eta2/eta2_cal
   moves as the run's: the residual sd over the warm-up's pairs, and a change point in the residual sd
   (one step where it jumps, Gaussian likelihood, kept when it beats one sd by more than its BIC penalty)
   becomes the simulator's ``degrade_step`` / ``degrade_noise``.

@@ -42,7 +42,7 @@ from wmrl.simulate.sweep import run_jobs
 
 # Settings of the rule (algorithm.*) that a fitted simulator carries over from the run.
 RULE_SETTINGS: tuple[str, ...] = ("anchor_rule", "anchor_frac", "min_anchor_groups", "anchor_max_gap",
-                                 "on_flat_world_model", "w_max")
+                                 "on_flat_world_model", "world_model_from", "w_max")
 
 
 @dataclass(frozen=True)
