@@ -99,6 +99,16 @@ def anchor_pairs(run: Path) -> list[list[Any]] | None:
     return [[p.group_id, float(p.predicted), float(p.true)] for p in seen.values()]
 
 
+def cpu_time_hours(run: Path) -> float | None:
+    """The run's measured CPU time over its steps (``cpu_hours``: the trainer process's and the executed
+    programs', RunTotals): None for a run from before round 22, which measured wall seconds only."""
+    last = None
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        if line.strip():
+            last = json.loads(line)
+    return None if last is None or last.get("cpu_hours") is None else float(last["cpu_hours"])
+
+
 def run_record(run: Path, variant: str) -> dict[str, Any]:
     """Everything the headline reads from one finished run, in one small JSON object: what
     ``--save-records`` commits, so that a measurement spread over machines (whose run directories do not
@@ -114,6 +124,7 @@ def run_record(run: Path, variant: str) -> dict[str, Any]:
             "train_tasks": evaluated_tasks(run, "train"), "heldout_tasks": evaluated_tasks(run, "heldout"),
             "score": final_train_score(run), "heldout_before": heldout_score(run, "before"),
             "heldout_after": heldout_score(run), "run_cpu_hours": tl.cost_curve(run)[0],
+            "cpu_time_hours": cpu_time_hours(run),
             "executions": counts["executions"], "distinct_codes": counts["distinct"],
             "anchor_pairs": anchor_pairs(run),
             "memory_build": json.loads(memory.read_text()) if memory.is_file() else None,
@@ -300,6 +311,7 @@ def variant_summary(records: list[dict[str, Any]], one_time_per_run: list[float]
     (score, score_se), (run_hours, run_hours_se) = mean_se(scores), mean_se(hours)
     one_time_hours = float(np.mean(one_time_per_run)) if one_time_per_run else 0.0
     heldout = heldout_summary(records)
+    cpu_time = {r["seed"]: r["cpu_time_hours"] for r in records if r.get("cpu_time_hours") is not None}
     return {"seeds": [r["seed"] for r in records], "score_mean": score, "score_se": score_se,
             "score_per_seed": scores, "heldout_score_mean": heldout["heldout_after_mean"], **heldout,
             "distinct_code_share": distinct_code_share(records),
@@ -307,8 +319,22 @@ def variant_summary(records: list[dict[str, Any]], one_time_per_run: list[float]
             "steps": records[0]["steps"],
             "run_cpu_hours_mean": run_hours, "run_cpu_hours_se": run_hours_se, "run_cpu_hours_per_seed": hours,
             "one_time_cpu_hours": one_time_hours,
+            # measured CPU time (load-independent), for the runs that measured it (since round 22)
+            "run_cpu_time_hours_by_seed": cpu_time,
             "cpu_hours_mean": run_hours + one_time_hours,
             "cpu_hours_mean_amortised": run_hours + one_time_total / len(records)}
+
+
+def cpu_time_ratio(ref: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any] | None:
+    """wmrl's run CPU time over grpo_real's, on the seeds where both runs measured it (None: no such seed);
+    unlike the wall-clock CPU-hours, not inflated by whatever else ran on the machine."""
+    a, b = ref["run_cpu_time_hours_by_seed"], cand["run_cpu_time_hours_by_seed"]
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    ref_mean, cand_mean = float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds]))
+    return {"seeds": seeds, "grpo_real_hours_mean": ref_mean, "wmrl_hours_mean": cand_mean,
+            "ratio": cand_mean / ref_mean}
 
 
 def headline(sources: list[Path] | Path, memory_record: Path | None = None,
@@ -341,7 +367,8 @@ def headline(sources: list[Path] | Path, memory_record: Path | None = None,
     cand.update(paired_diff_mean=diff.mean, paired_diff_ci95=list(diff.ci95), paired=diff.to_dict(),
                 cpu_hours_vs_grpo_real=cand["cpu_hours_mean"] / ref["cpu_hours_mean"],
                 cpu_hours_vs_grpo_real_amortised=cand["cpu_hours_mean_amortised"] / ref["cpu_hours_mean_amortised"],
-                run_cpu_hours_vs_grpo_real=cand["run_cpu_hours_mean"] / ref["run_cpu_hours_mean"])
+                run_cpu_hours_vs_grpo_real=cand["run_cpu_hours_mean"] / ref["run_cpu_hours_mean"],
+                run_cpu_time_vs_grpo_real=cpu_time_ratio(ref, cand))
     design = {"alpha": ALPHA, "test": "two-sided paired t-test, n - 1 degrees of freedom",
               "pairs": diff.n, "sd_paired_diff": diff.sd,
               "power": {f"{d:.2f}": power(d, diff.sd, diff.n) for d in POWER_AT},
@@ -408,6 +435,12 @@ def markdown(h: dict[str, Any], command: str) -> str:
     cost_line = (f"CPU-hours, wmrl / grpo_real: **{cand['cpu_hours_vs_grpo_real']:.0%}** with the one-time cost "
                  f"charged to each run (the headline's basis), {cand['cpu_hours_vs_grpo_real_amortised']:.0%} spread "
                  f"over the sweep, {cand['run_cpu_hours_vs_grpo_real']:.0%} without it.")
+    measured = cand["run_cpu_time_vs_grpo_real"]
+    if measured is not None:
+        cost_line += (f" Measured CPU time of a run (the trainer process and the executed programs; not inflated "
+                      f"by load; seeds {', '.join(map(str, measured['seeds']))}): wmrl {measured['wmrl_hours_mean']:.3f} h, "
+                      f"grpo_real {measured['grpo_real_hours_mean']:.3f} h, **{measured['ratio']:.2f}x** before "
+                      "the one-time cost.")
     one_time_line = (f"One-time costs: wmrl: {cand['one_time']['what']} ({cand['one_time']['source']}); grpo_real: "
                      f"{ref['one_time']['what']}. SFT: "
                      + (f"{sft:.3f} CPU-hours, " if sft is not None else "not measured here, ")

@@ -46,6 +46,16 @@ def test_normalised_residual_is_undefined_without_any_spread() -> None:
     assert normalised_residual(np.array([0.1, 0.9]), np.array([0.5, 0.5]), ["a", "a"]) is None
 
 
+def test_equal_scores_whose_mean_is_not_exact_have_no_spread() -> None:
+    """Three 0.7s have a float variance of 1e-32 (their mean is not exactly 0.7); normalising by it put
+    eta2 at 2.3e30 in the e2e-local run. Rounding is no spread: the window says nothing."""
+    true = np.array([0.7, 0.7, 0.7, 0.7, 0.7, 0.7])
+    groups = ["a", "a", "a", "b", "b", "b"]
+    assert float(np.var(true)) > 0.0  # the float rounding the check has to see through
+    assert spread_normaliser(true, groups) == 0.0
+    assert normalised_residual(np.full(6, 0.6), true, groups) is None
+
+
 @pytest.mark.parametrize(
     ("eta2", "eta2_cal", "w_max", "expected"),
     [

@@ -37,8 +37,12 @@ def test_train_runs_every_step_and_logs_learner_and_calibration_metrics(micro_ru
         assert r["dropped_groups"] == 0 and "learner/seconds" in r  # every group reached the learner
         assert r["seconds_generation"] > 0 and r["tokens_generation"] > 0
         assert r["rho"] >= 1.0
+        # the trainer process's CPU over the step (generation, update: the micro model's torch work)
+        assert r["cpu_seconds_learner"] > 0
+        assert r["cpu_hours"] == pytest.approx((r["cpu_seconds_learner"] + r["cpu_seconds_execution"]) / 3600)
     progress = json.loads((micro_run / "progress.json").read_text())
     assert progress["state"] == "finished" and progress["cost_source"] == "measured"
+    assert progress["cpu_hours"] == rows[-1]["cpu_hours"]
 
 
 def test_the_run_holds_the_executed_solution_memory(micro_run):

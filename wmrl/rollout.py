@@ -107,6 +107,9 @@ class Feedback:
     seconds: float = 0.0  # measured wall seconds spent producing this feedback
     tokens: int = 0  # world-model prompt + completion tokens (0 when executed)
     details: dict[str, Any] = field(default_factory=dict)  # per-check verdicts, raw texts, grade, ...
+    # measured CPU seconds of the executed program (its sandbox's processes); 0 from the world model and
+    # for a reused outcome: what the execution cost on a core, whatever else shared the machine
+    cpu_seconds: float = 0.0
 
 
 class Environment(Protocol):

@@ -89,6 +89,7 @@ class StepResult:
     tokens: dict[str, int] = field(default_factory=dict)  # measured, per phase
     learner: dict[str, float] = field(default_factory=dict)  # what Learner.update returned
     reused_executions: int = 0  # of the executions, answered by an earlier one (launch.reuse_executions)
+    execution_cpu_seconds: float = 0.0  # measured CPU of the executed programs (Feedback.cpu_seconds)
     anchor_reason: str = "fixed"  # why this many anchor groups (wmrl/anchor_rule.py REASONS; set by the shell)
 
 
@@ -176,6 +177,7 @@ def wmrl_step(
         refitted=refitted, updated=updated, executions=len(anchor_subs),
         failed_executions=sum(fb.score is None for fb in anchor_subs), wm_calls=wm_subs + pair_calls.calls,
         reused_executions=sum("reused" in fb.details and fb.score is not None for fb in anchor_subs),
+        execution_cpu_seconds=float(sum(fb.cpu_seconds for fb in anchor_subs)),
         **_phase_totals(groups, pair_calls, update_seconds), learner=learner_metrics,
     )
 

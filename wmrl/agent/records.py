@@ -42,7 +42,7 @@ def _turn(turn: Turn, shared: list[int] | None) -> dict[str, Any]:
         "seconds": turn.seconds,
         "feedback": None if fb is None else {
             "key": fb.key, "text": fb.text, "score": fb.score, "valid": fb.valid, "status": fb.status,
-            "seconds": fb.seconds, "tokens": fb.tokens, "details": fb.details,
+            "seconds": fb.seconds, "tokens": fb.tokens, "details": fb.details, "cpu_seconds": fb.cpu_seconds,
         },
     }
 
@@ -74,7 +74,8 @@ def write_rollouts(run_dir: Path, step: int, groups: Groups, extra: dict[str, An
 def _read_turn(data: dict[str, Any], first: list[int]) -> Turn:
     fb = data["feedback"]
     feedback = None if fb is None else Feedback(fb["key"], fb["text"], fb["score"], fb["valid"], fb["status"],
-                                                fb["seconds"], fb["tokens"], fb["details"])
+                                                fb["seconds"], fb["tokens"], fb["details"],
+                                                fb.get("cpu_seconds", 0.0))  # absent before round 22
     prompt = first if data["prompt_ids"] == "first_prompt" else data["prompt_ids"]
     return Turn(list(prompt), data["generated_ids"], data["logprobs"], data["text"], data["code"],
                 data["parse_error"], feedback, data["seconds"])

@@ -35,14 +35,17 @@ from wmrl.calibration.stats import within_group_variance
 # Score units: a world model whose calibrated scores are off by less than this (RMS) is treated as
 # exact when eta2_cal is recorded. 0.01 is below one position on a 60-entry leaderboard (1/60).
 RESOLUTION = 0.01
+# Score units squared: a spread at or below this is float rounding, not a spread (equal scores give
+# 1e-32 where their mean is not exact, e.g. three 0.7s; normalising by it put eta2 at 1e30).
+FLOAT_SPREAD = 1e-12
 
 
 def spread_normaliser(true: np.ndarray, group_ids: Sequence[str]) -> float:
     """The within-group variance, or the window's overall variance when that is zero/undefined; 0 if none."""
     v = within_group_variance(true, group_ids)
-    if not (v > 0.0):
+    if not (v > FLOAT_SPREAD):
         v = float(np.var(true)) if len(true) else 0.0
-    return v
+    return v if v > FLOAT_SPREAD else 0.0
 
 
 def normalised_residual(

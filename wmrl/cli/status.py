@@ -195,8 +195,13 @@ def _compute_line(progress: dict[str, Any]) -> str:
     """Compute spent so far, per phase, and whether it was measured or modelled."""
     phases = ", ".join(f"{name} {_fmt(progress.get(f'seconds_{name}'), '.0f')} s"
                        for name in ("generation", "world_model", "execution", "update"))
-    return (f"compute    {_fmt(progress.get('compute_hours'), '.3g')} h "
+    line = (f"compute    {_fmt(progress.get('compute_hours'), '.3g')} h "
             f"({progress.get('cost_source', 'unknown')}): {phases}")
+    if progress.get("cpu_hours") is not None:  # measured CPU time (RunTotals.cpu_seconds), since round 22
+        line += (f"; CPU time {_fmt(progress['cpu_hours'], '.3g')} h (trainer "
+                 f"{_fmt(progress.get('cpu_seconds_learner'), '.0f')} s, executed programs "
+                 f"{_fmt(progress.get('cpu_seconds_execution'), '.0f')} s)")
+    return line
 
 
 def _memory_line(progress: dict[str, Any]) -> str:

@@ -73,7 +73,7 @@ class ExecutedEnvironment:
                 out.append(ran[key])
                 continue
             earlier = self._outcomes.get(key, ran.get(key))  # a failed first run: its copies failed too
-            out.append(replace(earlier, key=sub.key, seconds=0.0,
+            out.append(replace(earlier, key=sub.key, seconds=0.0, cpu_seconds=0.0,
                                details={**earlier.details, "reused": earlier.details.get("request_id")}))
             self.reused += earlier.score is not None
         return out
@@ -96,17 +96,20 @@ def to_feedback(key: str, record: ExecutionOutcomeRecord | None) -> Feedback:
     """The worker's record as feedback: score, validity, status and text from its outcome."""
     if record is None:  # missed the deadline (cancelled)
         return Feedback(key, NO_RESULT, None, False, "failed", details={"error": "no result by the deadline"})
+    outcome: dict[str, Any] = record.outcome
+    result = outcome.get("result") or {}
+    # the sandbox's measured CPU of the program (real work), or the work function's own (python_work)
+    cpu = float(result.get("cpu_seconds", outcome.get("cpu_seconds")) or 0.0)
     if record.status != "done" or record.score is None:
         return Feedback(key, NO_RESULT, None, False, "failed", gpu_seconds(record),
-                        details={"error": record.error, "request_id": record.request_id})
-    outcome: dict[str, Any] = record.outcome
+                        details={"error": record.error, "request_id": record.request_id}, cpu_seconds=cpu)
     grade = outcome.get("grade") or {}
-    result = outcome.get("result") or {}
     text = outcome.get("feedback") or outcome.get("stdout_tail") or ""
     valid = bool(grade.get("valid", record.score > 0.0))
     status = str(result.get("status") or outcome.get("status") or "ok")
     return Feedback(key, text, float(record.score), valid, status, gpu_seconds(record),
-                    details={"request_id": record.request_id, "worker_id": record.worker_id, **outcome})
+                    details={"request_id": record.request_id, "worker_id": record.worker_id, **outcome},
+                    cpu_seconds=cpu)
 
 
 def gpu_seconds(record: ExecutionOutcomeRecord) -> float:

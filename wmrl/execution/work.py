@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import resource
 import subprocess
 import sys
 import tempfile
@@ -84,7 +85,7 @@ def python_work(run: RunDir) -> WorkFn:
     """Run ``request.code`` with this Python in a fresh temp dir (no isolation); score = last line."""
 
     def work(request: ExecutionRequest) -> dict[str, Any]:
-        start = time.monotonic()
+        start, children = time.monotonic(), _children_cpu()
         with tempfile.TemporaryDirectory(prefix=f"wmrl-{request.request_id}-") as tmp:
             try:
                 proc = subprocess.run([sys.executable, "-c", request.code], cwd=tmp, check=False,
@@ -93,7 +94,8 @@ def python_work(run: RunDir) -> WorkFn:
             except subprocess.TimeoutExpired as err:
                 out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
                 return {"score": 0.0, "status": "timeout", "exit_code": None, "stdout_tail": out[-2000:],
-                        "stderr_tail": "", "wall_seconds": time.monotonic() - start}
+                        "stderr_tail": "", "wall_seconds": time.monotonic() - start,
+                        "cpu_seconds": _children_cpu() - children}
         return {
             "score": score_from_stdout(proc.stdout) if proc.returncode == 0 else 0.0,
             "status": "ok" if proc.returncode == 0 else "error",
@@ -101,9 +103,16 @@ def python_work(run: RunDir) -> WorkFn:
             "stdout_tail": proc.stdout[-2000:],
             "stderr_tail": proc.stderr[-2000:],
             "wall_seconds": time.monotonic() - start,
+            "cpu_seconds": _children_cpu() - children,
         }
 
     return work
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's reaped children (the program ``python_work`` ran)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def noop_work(run: RunDir) -> WorkFn:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,11 +117,12 @@ class AnchoredSimTrainer:
     # ------------------------------------------------------------------ one step
     def run_step(self) -> dict[str, float]:
         self.world_model.step = self.step
+        cpu_started = time.process_time()
         done, report = self.shell.step(
             self.step, task_pool=self.table.task_ids, policy=self.agent, executed_env=self.executed_env,
             world_model_env=self.world_model, learner=self.learner, rng=self.rng,
         )
-        self.totals.charge(done)
+        self.totals.charge(done, learner_cpu_seconds=time.process_time() - cpu_started)
         audit = {}
         if report is not None:
             audit = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,

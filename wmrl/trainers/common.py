@@ -14,6 +14,8 @@ from wmrl.calibration.calibrator import Calibrator
 from wmrl.step import PHASES, StepResult
 from wmrl.tracking.plots import plot_calibration, plot_curves
 
+CPU_PARTS = ("learner", "execution")  # RunTotals.cpu_seconds: the trainer process's, the executed programs'
+
 
 @dataclass
 class RunTotals:
@@ -22,6 +24,13 @@ class RunTotals:
     ``seconds`` holds the step's phases (generation, world_model, execution, update) plus whatever the
     trainer measures around the step (weight_sync, io). ``compute_hours`` sums them: on a cluster where
     each phase holds its accelerator, these are its GPU-hours (the anchor workers' time included).
+
+    ``cpu_seconds`` is the same work's CPU time: ``learner``, the trainer process's over the steps (the
+    spans whose wall seconds are above: generation, an in-process world model, the update, sync and io;
+    not the evaluations), and ``execution``, the executed programs' (measured by their sandboxes; 0 for a
+    reused outcome). Wall seconds grow with whatever else shares the machine, CPU seconds do not: on a
+    shared CPU machine ``cpu_hours`` is the cost to compare runs by. A world model served by another
+    process is not in it (its wall seconds are in ``seconds['world_model']``).
     """
 
     executions: int = 0
@@ -30,8 +39,13 @@ class RunTotals:
     seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in PHASES})
     tokens: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PHASES})
     reused_executions: int = 0  # of the executions, an earlier one's outcome (launch.reuse_executions)
+    cpu_seconds: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in CPU_PARTS})
 
-    def charge(self, done: StepResult, extra_seconds: Mapping[str, float] | None = None) -> None:
+    def charge(self, done: StepResult, extra_seconds: Mapping[str, float] | None = None,
+               learner_cpu_seconds: float = 0.0) -> None:
+        """Add one step; ``learner_cpu_seconds``: the trainer process's CPU over the step's measured spans."""
+        self.cpu_seconds["learner"] += float(learner_cpu_seconds)
+        self.cpu_seconds["execution"] += float(done.execution_cpu_seconds)
         for phase, value in {**done.seconds, **(extra_seconds or {})}.items():
             self.seconds[phase] = self.seconds.get(phase, 0.0) + float(value)
         for phase, value in done.tokens.items():
@@ -45,28 +59,36 @@ class RunTotals:
     def compute_hours(self) -> float:
         return sum(self.seconds.values()) / 3600.0
 
+    @property
+    def cpu_hours(self) -> float:
+        return sum(self.cpu_seconds.values()) / 3600.0
+
     def as_metrics(self) -> dict[str, float]:
         return {
             "executions": float(self.executions), "failed_executions": float(self.failed_executions),
             "reused_executions": float(self.reused_executions), "wm_calls": float(self.wm_calls), "compute_hours": self.compute_hours,
             **{f"seconds_{p}": v for p, v in self.seconds.items()},
+            "cpu_hours": self.cpu_hours, **{f"cpu_seconds_{p}": v for p, v in self.cpu_seconds.items()},
             **{f"tokens_{p}": float(v) for p, v in self.tokens.items()},
         }
 
     def progress(self) -> dict[str, Any]:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
-                "reused_executions": self.reused_executions, "compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()}}
+                "reused_executions": self.reused_executions, "compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()},
+                "cpu_hours": self.cpu_hours, **{f"cpu_seconds_{p}": v for p, v in self.cpu_seconds.items()}}
 
     def to_dict(self) -> dict[str, Any]:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
                 "wm_calls": self.wm_calls, "seconds": dict(self.seconds), "tokens": dict(self.tokens),
-                "reused_executions": self.reused_executions}
+                "reused_executions": self.reused_executions, "cpu_seconds": dict(self.cpu_seconds)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunTotals:
         return cls(int(data["executions"]), int(data["failed_executions"]), int(data["wm_calls"]),
                    dict(data["seconds"]), dict(data["tokens"]),
-                   int(data.get("reused_executions", 0)))  # absent from the checkpoints before round 10
+                   int(data.get("reused_executions", 0)),  # absent from the checkpoints before round 10
+                   # absent before round 22: a run resumed from such a checkpoint counts CPU from there on
+                   {p: 0.0 for p in CPU_PARTS} | dict(data.get("cpu_seconds") or {}))
 
 
 def write_run_plots(cfg: Any, calibrator: Calibrator | None, directory: Path, metrics: list[dict[str, Any]],

@@ -71,6 +71,7 @@ class LLMTrainer:
             started = time.perf_counter()
             metrics.update(self.evaluate_now("before"))
             eval_seconds += time.perf_counter() - started
+        cpu_started = time.process_time()  # the step's spans below (not the evaluations): RunTotals.cpu_seconds
         done, report = self.shell.step(
             self.step, task_pool=[t.task_id for t in self.train_tasks], policy=self.policy,
             executed_env=self.executed_env, world_model_env=self.world_model, learner=self.learner,
@@ -90,7 +91,8 @@ class LLMTrainer:
                        {"anchor": done.anchor.tolist(), "dropped": done.dropped.tolist(),
                         "weights": done.weights.tolist(), "rho": done.rho})
         io_seconds = time.perf_counter() - started
-        self.totals.charge(done, {"weight_sync": sync_seconds, "io": io_seconds})
+        self.totals.charge(done, {"weight_sync": sync_seconds, "io": io_seconds},
+                           learner_cpu_seconds=time.process_time() - cpu_started)
         audit = {} if report is None else {"audit_ok": float(report.ok)}
         self.step += 1
         metrics.update(self._metrics(done, sync_seconds, io_seconds))
