@@ -17,7 +17,7 @@ from typing import Any
 
 from wmrl.agent.records import read_rollouts
 
-MEASURED = ("seconds", "compute_hours", "peak_", "_mb", "wall", "eta_s", "updated_at", "throughput", "timestamp")
+MEASURED = ("seconds", "compute_hours", "cpu_hours", "peak_", "_mb", "wall", "eta_s", "updated_at", "throughput", "timestamp")
 
 
 def computed_metrics(run: Path) -> dict[int, dict[str, Any]]:
