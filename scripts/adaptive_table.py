@@ -1,5 +1,5 @@
 """The anchor rule's table (issue 37): named scenarios x {grpo_real, grpo_anchor_only, wmrl fixed, wmrl
-adaptive, wmrl adaptive (rate)} on the simulator, paired by seed, one JSON line per run appended to
+adaptive, wmrl adaptive (rate), wmrl adaptive (rate) gated} on the simulator, paired by seed, one JSON line per run appended to
 OUT/runs.jsonl (a re-run skips the runs already there), then ``--summarise`` writes OUT/table.md and
 OUT/summary.json.
 
@@ -12,7 +12,8 @@ OUT/summary.json.
 "wmrl adaptive" is ``algorithm.anchor_rule=adaptive algorithm.on_flat_world_model=anchors_only`` (whole
 groups, at least ``min_anchor_groups`` = 1 every step); "wmrl adaptive (rate)" adds the rule's rate form,
 ``algorithm.anchor_max_gap=4 algorithm.min_anchor_groups=0`` (the variance bound as a rate, at least one
-anchor group in every 4 steps; the 4 was set before any run of the arm, see OUT/README.md).
+anchor group in every 4 steps; the 4 was set before any run of the arm, see OUT/README.md); "wmrl adaptive
+(rate) gated" adds ``algorithm.world_model_from=audit`` (no world-model stream until an audit clears it).
 """
 
 from __future__ import annotations
