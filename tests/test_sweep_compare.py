@@ -182,3 +182,25 @@ def test_interpolated_readings_are_marked_in_the_table_and_the_csv():
     same = compare([_rec("grpo_real", s, 0.8, [0.0, 0.1], [0.3, 0.8]) for s in range(2)]
                    + [_rec("wmrl", s, 0.8, [0.0, 0.1], [0.3, 0.8]) for s in range(2)], target=0.8)
     assert "(interpolated)" not in markdown(same)
+
+
+def test_compare_pools_several_sources_each_run_once(tmp_path: Path, capsys):
+    """A comparison's saved records plus a later sweep that added seeds: every (setting, seed) counts once
+    (a run found in both, with the same numbers, is one run), and two different runs of one seed are refused."""
+    from wmrl.cli.main import main
+
+    wmrl = [_rec("wmrl", s, 0.35 + 0.01 * s, [1, 2, 3, 4], [0.1, 0.2, 0.3, 0.35]) for s in range(3)]
+    saved, later, conflict = tmp_path / "saved", tmp_path / "later", tmp_path / "conflict"
+    for d, records in ((saved, [REF[0], *wmrl[:2]]), (later, [REF[1], wmrl[1], wmrl[2]]),
+                       (conflict, [_rec("wmrl", 1, 0.99, [1, 2, 3, 4], [0.1, 0.2, 0.3, 0.99])])):
+        d.mkdir()
+        write_records(records, d / "records.jsonl")
+    out = tmp_path / "out"
+    assert main(["compare", str(saved), str(later), "--out", str(out)]) == 0
+    pooled = read_records(out / "records.jsonl")
+    assert sorted((r.variant, r.seed) for r in pooled) == [("grpo_real", 0), ("grpo_real", 1), ("wmrl", 0),
+                                                         ("wmrl", 1), ("wmrl", 2)]
+    assert "| wmrl | 0.1 | 4 | 3 |" in (out / "compare.md").read_text()  # three seeds, seed 1 once
+    capsys.readouterr()
+    assert main(["compare", str(saved), str(conflict), "--out", str(tmp_path / "refused")]) != 0
+    assert "wmrl anchor_frac=0.1 w_max=4 seed 1 twice, with different numbers" in capsys.readouterr().err

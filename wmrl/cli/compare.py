@@ -28,7 +28,9 @@ def register(subparsers: Any) -> None:
     p = add_command(
         subparsers, "compare", "table + plots comparing a sweep's runs (score, GPU-hours, speedup)",
         __doc__)
-    p.add_argument("source", nargs="?", metavar="DIR", help="a sweep directory, or a directory with records.jsonl")
+    p.add_argument("source", nargs="*", metavar="DIR",
+                   help="a sweep directory, or a directory with records.jsonl; several are pooled, each run once "
+                        "(e.g. a comparison's saved records and a later sweep that added seeds)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (for --parent/--runs/--filter)")
     p.add_argument("--parent", default=None, metavar="RUN_ID", help="the sweep's MLflow parent run")
     p.add_argument("--runs", default=None, metavar="ID,ID", help="MLflow run ids")
@@ -44,23 +46,15 @@ def register(subparsers: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[list[RunRecord], str, str | None, str | None]:
-    """Records, the comparison's name, and the MLflow (uri, parent run) to log the outputs to."""
+    """Records, the comparison's name, and the MLflow (uri, parent run) to log the outputs to: those of
+    the first source (several sources are pooled, each (setting, seed) once)."""
     if args.source:
-        src = Path(args.source)
-        if (src / "sweep.json").exists():
-            state = read_json(src / "sweep.json")
-            uri, parent = state.get("tracking_uri"), state.get("parent_run_id")
-            if state.get("kind") == "launch":  # trainer runs report to MLflow only: read the parent's children
-                if not (uri and parent):
-                    raise ConfigError(f"{src} is a launch sweep without an MLflow parent run; its runs cannot be "
-                                      "compared (re-issue the sweep with tracking on)")
-                return (rec.from_mlflow(uri, parent=parent, score_metric=args.score_metric,
-                                        cost_metric=args.cost_metric), state["name"], uri, parent)
-            return rec.from_sweep_dir(src), state["name"], uri, parent
-        if (src / RECORDS).exists():
-            return rec.read_records(src / RECORDS), src.name, None, None
-        raise ConfigError(f"{src} is neither a sweep directory (no sweep.json) nor a saved comparison "
-                          f"(no {RECORDS})")
+        loaded = [_load_dir(Path(src), args) for src in args.source]
+        try:
+            records = rec.pool_records([(src, found[0]) for src, found in zip(args.source, loaded, strict=True)])
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        return records, *loaded[0][1:]
     if not args.tracking_uri or not (args.parent or args.runs or args.filter or args.experiment):
         raise ConfigError("give a DIR, or --tracking-uri with --parent RUN_ID, --runs ID,... or --filter/--experiment")
     runs = [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else None
@@ -68,6 +62,24 @@ def _load(args: argparse.Namespace) -> tuple[list[RunRecord], str, str | None, s
                               experiment=args.experiment, score_metric=args.score_metric,
                               cost_metric=args.cost_metric)
     return records, args.parent or "compare", args.tracking_uri, args.parent
+
+
+def _load_dir(src: Path, args: argparse.Namespace) -> tuple[list[RunRecord], str, str | None, str | None]:
+    """One DIR: a sweep directory (its runs, its MLflow parent) or a saved comparison (records.jsonl)."""
+    if (src / "sweep.json").exists():
+        state = read_json(src / "sweep.json")
+        uri, parent = state.get("tracking_uri"), state.get("parent_run_id")
+        if state.get("kind") == "launch":  # trainer runs report to MLflow only: read the parent's children
+            if not (uri and parent):
+                raise ConfigError(f"{src} is a launch sweep without an MLflow parent run; its runs cannot be "
+                                  "compared (re-issue the sweep with tracking on)")
+            return (rec.from_mlflow(uri, parent=parent, score_metric=args.score_metric,
+                                    cost_metric=args.cost_metric), state["name"], uri, parent)
+        return rec.from_sweep_dir(src), state["name"], uri, parent
+    if (src / RECORDS).exists():
+        return rec.read_records(src / RECORDS), src.name, None, None
+    raise ConfigError(f"{src} is neither a sweep directory (no sweep.json) nor a saved comparison "
+                      f"(no {RECORDS})")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -106,6 +106,27 @@ def read_records(path: Path) -> list[RunRecord]:
     return out
 
 
+def pool_records(sources: list[tuple[str, list[RunRecord]]]) -> list[RunRecord]:
+    """The runs of several sources (a sweep directory, a saved ``records.jsonl``...), each (setting, seed)
+    once: a run found twice (a sweep read again after its records were saved) is kept once when its
+    numbers agree, and refused when they differ (two runs of one seed would be counted twice)."""
+    found: dict[tuple[tuple[str, float, float], int], tuple[str, RunRecord]] = {}
+    for where, records in sources:
+        for r in records:
+            key = (r.setting, r.seed)
+            if key not in found:
+                found[key] = (where, r)
+                continue
+            first_where, first = found[key]
+            if (first.final_score, first.gpu_hours) != (r.final_score, r.gpu_hours):
+                variant, frac, w_max = r.setting
+                raise ValueError(
+                    f"{variant} anchor_frac={frac:g} w_max={w_max:g} seed {r.seed} twice, with different numbers: "
+                    f"in {first_where} (score {first.final_score:.4f}, {first.gpu_hours:.3g} h) and in {where} "
+                    f"(score {r.final_score:.4f}, {r.gpu_hours:.3g} h); keep one of the two")
+    return [r for _, r in found.values()]
+
+
 # --------------------------------------------------------------------------- MLflow
 
 
