@@ -87,3 +87,12 @@ def test_a_coordinators_run_reports_its_cpu_hours(tmp_path):
 
     (line,) = [x for x in render(collect(run)).splitlines() if x.startswith("compute")]
     assert "; CPU time " in line and "executed programs" in line  # `wmrl status` shows it beside the wall time
+
+
+def test_a_state_digest_leaves_the_measured_seconds_out():
+    """Two runs of one config share their counts, never their measured wall or CPU seconds: a digest that
+    read them would call bit-identical runs different (the Slurm requeue test compares digests)."""
+    a, b = RunTotals(executions=3), RunTotals(executions=3)
+    a.seconds["execution"], a.cpu_seconds["execution"] = 7.0, 3.0
+    assert RunTotals.counted(a.to_dict()) == RunTotals.counted(b.to_dict())
+    assert RunTotals.counted(a.to_dict())["executions"] == 3

@@ -176,7 +176,7 @@ class AnchoredSimTrainer:
         Measured seconds are left out: they are accounting, and differ between two runs of one config."""
         h = hashlib.sha256()
         state = self.state_dict()
-        state["totals"] = {k: v for k, v in state["totals"].items() if k != "seconds"}
+        state["totals"] = RunTotals.counted(state["totals"])
         h.update(np.ascontiguousarray(state.pop("logits")).tobytes())
         h.update(json.dumps(state, sort_keys=True, default=str).encode())
         if self.calibrator is not None:

@@ -15,6 +15,7 @@ from wmrl.step import PHASES, StepResult
 from wmrl.tracking.plots import plot_calibration, plot_curves
 
 CPU_PARTS = ("learner", "execution")  # RunTotals.cpu_seconds: the trainer process's, the executed programs'
+MEASURED = ("seconds", "cpu_seconds")  # RunTotals.to_dict()'s accounting: differs between two runs of one config
 
 
 @dataclass
@@ -81,6 +82,12 @@ class RunTotals:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
                 "wm_calls": self.wm_calls, "seconds": dict(self.seconds), "tokens": dict(self.tokens),
                 "reused_executions": self.reused_executions, "cpu_seconds": dict(self.cpu_seconds)}
+
+    @staticmethod
+    def counted(data: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``to_dict()`` without the measured seconds (wall and CPU): what two runs of one config share,
+        for a state digest (equal digests = bit-identical runs)."""
+        return {k: v for k, v in data.items() if k not in MEASURED}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunTotals:

@@ -231,7 +231,7 @@ class LLMTrainer:
         """sha256 of the saved state and the learner checkpoint it points to (measured seconds left out)."""
         h = hashlib.sha256()
         state = dict(self._saved)
-        state["totals"] = {k: v for k, v in state["totals"].items() if not k.startswith("seconds_")}
+        state["totals"] = RunTotals.counted(state["totals"])
         h.update(json.dumps(state, sort_keys=True, default=str).encode())
         meta = self.run_dir.path / state["learner_checkpoint"] / "learner.json"
         if meta.exists():
