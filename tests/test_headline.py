@@ -40,7 +40,7 @@ def _model(root: Path, build: str) -> Path:
 
 
 def _run(sweep: Path, variant: str, seed: int, before: float, after: float, hours: float, steps: int = 2,
-         reuse: bool = True, memory: dict | None = None, start: str = "sft-a") -> Path:
+         reuse: bool = True, memory: dict | None = None, start: str = "sft-a", cpu_hours: float | None = None) -> Path:
     cfg = load_config(str(TINY_CONFIG), [f"algorithm.variant={variant}", f"algorithm.seed={seed}",
                                           f"train.steps={steps}", f"launch.reuse_executions={str(reuse).lower()}",
                                           f"model.path={_model(sweep.parent, start)}"])
@@ -48,7 +48,8 @@ def _run(sweep: Path, variant: str, seed: int, before: float, after: float, hour
     pinned_initial_policy(cfg, run.path)
     log = MetricsLog(run.path)
     for step in range(1, steps + 1):
-        log.record(step, {"compute_hours": hours * step / steps})
+        log.record(step, {"compute_hours": hours * step / steps,
+                          **({} if cpu_hours is None else {"cpu_hours": cpu_hours * step / steps})})
     _evaluation(run.path, "before", 0, "train", [before, before])
     _evaluation(run.path, "before", 0, "heldout", [0.0])
     _evaluation(run.path, "after", steps, "train", [after - 0.1, after + 0.1])
@@ -164,3 +165,22 @@ def test_seeds_from_two_initial_policies_pool_each_charged_its_own_memory_build(
     assert "`sft-b` seeds 2" in (out / "headline.md").read_text()
     with pytest.raises(SystemExit, match="--memory-build gives one build"):
         load_script("headline").main([str(sweep), "--out", str(out), "--memory-build", str(sweep)])
+
+
+def test_the_measured_cpu_time_ratio_reads_the_seeds_where_both_runs_measured_it(tmp_path: Path):
+    """Runs since round 22 log cpu_hours (load-independent); the headline compares it on the seeds whose two
+    runs both have it, and says so, beside the wall-clock CPU-hours; without it, nothing is claimed."""
+    hl = load_script("headline")
+    sweep = tmp_path / "sweep"
+    for seed, cpu in ((0, None), (1, 0.20), (2, 0.30)):
+        _run(sweep, "grpo_real", seed, 0.3, GRPO[seed], hours=0.5, cpu_hours=cpu)
+    for seed, cpu in ((0, 0.05), (1, 0.05), (2, 0.10)):
+        _run(sweep, "wmrl", seed, 0.3, WMRL[seed], hours=0.2, memory=BUILD, cpu_hours=cpu)
+    out = tmp_path / "out"
+    assert hl.main([str(sweep), "--out", str(out)]) == 0
+    measured = json.loads((out / "headline.json").read_text())["variants"]["wmrl"]["run_cpu_time_vs_grpo_real"]
+    assert measured["seeds"] == [1, 2] and measured["ratio"] == pytest.approx(0.075 / 0.25)
+    assert "seeds 1, 2): wmrl 0.075 h, grpo_real 0.250 h, **0.30x**" in (out / "headline.md").read_text()
+    assert hl.main([str(_sweep(tmp_path / "old")), "--out", str(tmp_path / "old-out")]) == 0
+    old = json.loads((tmp_path / "old-out" / "headline.json").read_text())["variants"]["wmrl"]
+    assert old["run_cpu_time_vs_grpo_real"] is None
