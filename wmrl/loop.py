@@ -89,20 +89,18 @@ class LoopShell:
         decision = decide(alg.anchor_rule, alg.groups_per_step, alg.anchor_frac, alg.min_anchor_groups,
                           alg.w_max, None if cal is None else cal.rule_inputs(), alg.anchor_max_gap)
         cannot_rank = [] if cal is None else [c for c in CANNOT_RANK_CHECKS if cal.warned(c)]
-        respond = bool(cannot_rank) and alg.on_flat_world_model != "warn"
-        if cal is not None and alg.world_model_from == "audit" and not cal.world_model_cleared \
-                and not (respond and alg.on_flat_world_model == "anchors_only"):
+        if cannot_rank and alg.on_flat_world_model == "anchors_only":
+            return get_variant("grpo_anchor_only"), self._anchors_only(
+                "anchors_only", f"the audit warned that the world model cannot rank ({', '.join(cannot_rank)}; "
+                "on_flat_world_model)"), None
+        if cal is not None and alg.world_model_from == "audit" and not cal.world_model_cleared:
             return get_variant("grpo_anchor_only"), self._anchors_only(
                 "gated", "no audit has yet found that the world model can rank (flat_top and monotonicity "
                 "run on the anchor pairs, neither flagged; world_model_from: audit): the world model only "
                 "scores the anchors' solutions"), None
-        if not respond:
-            return self.variant, decision, None
-        if alg.on_flat_world_model == "shift":
+        if cannot_rank and alg.on_flat_world_model == "shift":
             return self.variant, decision, alg.w_max
-        return get_variant("grpo_anchor_only"), self._anchors_only(
-            "anchors_only", f"the audit warned that the world model cannot rank ({', '.join(cannot_rank)}; "
-            "on_flat_world_model)"), None
+        return self.variant, decision, None
 
     def _anchors_only(self, reason: str, why: str) -> AnchorDecision:
         """A grpo_anchor_only step at the fixed rule's count; the rate form's carry waits, as the rest of

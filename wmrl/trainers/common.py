@@ -64,19 +64,21 @@ class RunTotals:
     def cpu_hours(self) -> float:
         return sum(self.cpu_seconds.values()) / 3600.0
 
+    def _costs(self) -> dict[str, float]:
+        """The wall and CPU totals as metrics and ``progress.json`` name them."""
+        return {"compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()},
+                "cpu_hours": self.cpu_hours, **{f"cpu_seconds_{p}": v for p, v in self.cpu_seconds.items()}}
+
     def as_metrics(self) -> dict[str, float]:
         return {
             "executions": float(self.executions), "failed_executions": float(self.failed_executions),
-            "reused_executions": float(self.reused_executions), "wm_calls": float(self.wm_calls), "compute_hours": self.compute_hours,
-            **{f"seconds_{p}": v for p, v in self.seconds.items()},
-            "cpu_hours": self.cpu_hours, **{f"cpu_seconds_{p}": v for p, v in self.cpu_seconds.items()},
+            "reused_executions": float(self.reused_executions), "wm_calls": float(self.wm_calls), **self._costs(),
             **{f"tokens_{p}": float(v) for p, v in self.tokens.items()},
         }
 
     def progress(self) -> dict[str, Any]:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
-                "reused_executions": self.reused_executions, "compute_hours": self.compute_hours, **{f"seconds_{p}": v for p, v in self.seconds.items()},
-                "cpu_hours": self.cpu_hours, **{f"cpu_seconds_{p}": v for p, v in self.cpu_seconds.items()}}
+                "reused_executions": self.reused_executions, **self._costs()}
 
     def to_dict(self) -> dict[str, Any]:
         return {"executions": self.executions, "failed_executions": self.failed_executions,
