@@ -260,7 +260,10 @@ def memory_build_hours(records: list[dict[str, Any]], record: Path | None) -> tu
         raise SystemExit(f"the {CANDIDATE} runs' memories were built from different SFTs: {sorted(map(str, builds))}")
     first = timed[0]
     seconds = float(first["seconds_generation"]) + float(first.get("seconds_execution", 0.0))
-    return seconds / 3600, {**first, "source": str(record) if record else f"the {CANDIDATE} runs' {MEMORY_BUILD}"}
+    # measured CPU time (since round 23: the draw's process CPU and the programs' own), None before
+    cpu = [first.get("cpu_seconds_generation"), first.get("cpu_seconds_execution")]
+    return seconds / 3600, {**first, "cpu_time_hours": None if None in cpu else sum(cpu) / 3600,
+                            "source": str(record) if record else f"the {CANDIDATE} runs' {MEMORY_BUILD}"}
 
 
 def starts_by_seed(runs: Records) -> dict[str, list[int]]:
@@ -325,16 +328,20 @@ def variant_summary(records: list[dict[str, Any]], one_time_per_run: list[float]
             "cpu_hours_mean_amortised": run_hours + one_time_total / len(records)}
 
 
-def cpu_time_ratio(ref: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any] | None:
+def cpu_time_ratio(ref: dict[str, Any], cand: dict[str, Any], one_time_hours: float | None) -> dict[str, Any] | None:
     """wmrl's run CPU time over grpo_real's, on the seeds where both runs measured it (None: no such seed);
-    unlike the wall-clock CPU-hours, not inflated by whatever else ran on the machine."""
+    unlike the wall-clock CPU-hours, not inflated by whatever else ran on the machine. With the memory's
+    build measured in CPU time too (``one_time_hours``), the ratio with it charged to each run as well."""
     a, b = ref["run_cpu_time_hours_by_seed"], cand["run_cpu_time_hours_by_seed"]
     seeds = sorted(set(a) & set(b))
     if not seeds:
         return None
     ref_mean, cand_mean = float(np.mean([a[s] for s in seeds])), float(np.mean([b[s] for s in seeds]))
-    return {"seeds": seeds, "grpo_real_hours_mean": ref_mean, "wmrl_hours_mean": cand_mean,
-            "ratio": cand_mean / ref_mean}
+    out = {"seeds": seeds, "grpo_real_hours_mean": ref_mean, "wmrl_hours_mean": cand_mean,
+           "ratio": cand_mean / ref_mean, "one_time_hours": one_time_hours}
+    if one_time_hours is not None:
+        out["ratio_with_one_time"] = (cand_mean + one_time_hours) / ref_mean
+    return out
 
 
 def headline(sources: list[Path] | Path, memory_record: Path | None = None,
@@ -368,7 +375,7 @@ def headline(sources: list[Path] | Path, memory_record: Path | None = None,
                 cpu_hours_vs_grpo_real=cand["cpu_hours_mean"] / ref["cpu_hours_mean"],
                 cpu_hours_vs_grpo_real_amortised=cand["cpu_hours_mean_amortised"] / ref["cpu_hours_mean_amortised"],
                 run_cpu_hours_vs_grpo_real=cand["run_cpu_hours_mean"] / ref["run_cpu_hours_mean"],
-                run_cpu_time_vs_grpo_real=cpu_time_ratio(ref, cand))
+                run_cpu_time_vs_grpo_real=cpu_time_ratio(ref, cand, build.get("cpu_time_hours")))
     design = {"alpha": ALPHA, "test": "two-sided paired t-test, n - 1 degrees of freedom",
               "pairs": diff.n, "sd_paired_diff": diff.sd,
               "power": {f"{d:.2f}": power(d, diff.sd, diff.n) for d in POWER_AT},
@@ -440,7 +447,9 @@ def markdown(h: dict[str, Any], command: str) -> str:
         cost_line += (f" Measured CPU time of a run (the trainer process and the executed programs; not inflated "
                       f"by load; seeds {', '.join(map(str, measured['seeds']))}): wmrl {measured['wmrl_hours_mean']:.3f} h, "
                       f"grpo_real {measured['grpo_real_hours_mean']:.3f} h, **{measured['ratio']:.2f}x** before "
-                      "the one-time cost.")
+                      "the one-time cost" + ("." if measured["one_time_hours"] is None else
+                                             f", **{measured['ratio_with_one_time']:.2f}x** with the memory's build "
+                                             f"({measured['one_time_hours']:.3f} h of CPU time) charged to each run."))
     one_time_line = (f"One-time costs: wmrl: {cand['one_time']['what']} ({cand['one_time']['source']}); grpo_real: "
                      f"{ref['one_time']['what']}. SFT: "
                      + (f"{sft:.3f} CPU-hours, " if sft is not None else "not measured here, ")

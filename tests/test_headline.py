@@ -181,6 +181,24 @@ def test_the_measured_cpu_time_ratio_reads_the_seeds_where_both_runs_measured_it
     measured = json.loads((out / "headline.json").read_text())["variants"]["wmrl"]["run_cpu_time_vs_grpo_real"]
     assert measured["seeds"] == [1, 2] and measured["ratio"] == pytest.approx(0.075 / 0.25)
     assert "seeds 1, 2): wmrl 0.075 h, grpo_real 0.250 h, **0.30x**" in (out / "headline.md").read_text()
+    assert measured["one_time_hours"] is None and "ratio_with_one_time" not in measured  # BUILD: wall seconds only
     assert hl.main([str(_sweep(tmp_path / "old")), "--out", str(tmp_path / "old-out")]) == 0
     old = json.loads((tmp_path / "old-out" / "headline.json").read_text())["variants"]["wmrl"]
     assert old["run_cpu_time_vs_grpo_real"] is None
+
+
+def test_a_memory_build_measured_in_cpu_time_is_charged_to_the_cpu_time_ratio(tmp_path: Path):
+    """Since round 23 the memory's build records its CPU time (the draw's and its programs'): the measured
+    ratio then counts it too, as the wall-clock headline counts the build's wall seconds."""
+    hl = load_script("headline")
+    sweep = tmp_path / "sweep"
+    build = {**BUILD, "cpu_seconds_generation": 18.0, "cpu_seconds_execution": 72.0}  # 0.025 h
+    for seed in (1, 2):
+        _run(sweep, "grpo_real", seed, 0.3, GRPO[seed], hours=0.5, cpu_hours=0.25)
+        _run(sweep, "wmrl", seed, 0.3, WMRL[seed], hours=0.2, memory=build, cpu_hours=0.05)
+    out = tmp_path / "out"
+    assert hl.main([str(sweep), "--out", str(out)]) == 0
+    measured = json.loads((out / "headline.json").read_text())["variants"]["wmrl"]["run_cpu_time_vs_grpo_real"]
+    assert measured["one_time_hours"] == pytest.approx(0.025)
+    assert measured["ratio"] == pytest.approx(0.2) and measured["ratio_with_one_time"] == pytest.approx(0.3)
+    assert "**0.30x** with the memory's build (0.025 h of CPU time)" in (out / "headline.md").read_text()

@@ -1,12 +1,14 @@
 """The executed-solution memory's one-time build cost is recorded when it is paid (issue 36: every
-CPU-hour comparison counts it): the policy samples' generation seconds beside their cache, the memory's
-own executions (beyond the SFT's) from each outcome's recorded seconds, the same when read from the cache."""
+CPU-hour comparison counts it): the policy samples' generation seconds and CPU time beside their cache,
+the memory's own executions (beyond the SFT's) from each outcome's recorded seconds and CPU time, the
+same when read from the cache."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +44,32 @@ def test_drawing_the_policy_samples_records_its_seconds_and_a_cached_draw_does_n
     assert policy_samples_cost(policy, [task], 3, 0, "other") is None
 
 
+def _spin(seconds: float) -> None:
+    until = time.process_time() + seconds
+    while time.process_time() < until:
+        pass
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_the_draws_cpu_time_is_the_processs_not_the_wall_clocks(task, tmp_path, monkeypatch, busy):  # noqa: F811
+    """A generator that computes is charged its CPU time; one that waits (a server elsewhere) is not."""
+    from wmrl.world_model_data.examples import policy_samples, policy_samples_cost
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
+
+    def reply(prompt, call):
+        _spin(0.3) if busy else time.sleep(0.3)
+        return "```python\nprint(1)\n```"
+
+    context = PromptContext(max_turns=1, timeout_s=60, gpus=0, runtime=table_runtime())
+    policy = AgentPolicy(ScriptedGenerator(reply), SamplingParams(), {task.task_id: "Competition: Tiny\nBegin.\n"},
+                         AgentConfig(prompt_style="short", max_turns=1), context)
+    policy_samples(policy, [task], 3, seed=0, build="b")
+    cost = policy_samples_cost(policy, [task], 3, 0, "b")
+    assert cost["seconds_generation"] >= 0.9
+    assert cost["cpu_seconds_generation"] >= 0.85 if busy else cost["cpu_seconds_generation"] < 0.45
+
+
 @bwrap
 def test_the_memorys_own_executions_are_counted_with_their_recorded_seconds(tmp_path, monkeypatch):
     from test_sft_data import task_with_references
@@ -66,9 +94,19 @@ def test_the_memorys_own_executions_are_counted_with_their_recorded_seconds(tmp_
     own = {k: o for k, o in executed.items() if k not in sft_keys}
     assert 0 < cost["executions"] == len(own) < len(executed)  # the SFT's executions are the SFT's cost
     assert cost["seconds_execution"] == pytest.approx(sum(o["seconds"] for o in own.values())) and cost["seconds_execution"] > 0
+    assert cost["cpu_seconds_execution"] == pytest.approx(sum(o["cpu_seconds"] for o in own.values()))
+    assert cost["cpu_seconds_execution"] > 0
     again: dict = {}
     memory_examples(cfg, [task], table_runtime(), samples, progress=False, cost=again)  # all from the cache
     assert again == cost
+    # an outcome cached by a wmrl that did not record CPU time: the total is unknown, not an undercount
+    first = next(p for p in Path(cache_dir()).rglob("*.json") if p.stem in own)
+    older = json.loads(first.read_text())
+    del older["cpu_seconds"]
+    first.write_text(json.dumps(older))
+    unknown: dict = {}
+    memory_examples(cfg, [task], table_runtime(), samples, progress=False, cost=unknown)
+    assert unknown["cpu_seconds_execution"] is None and unknown["seconds_execution"] == cost["seconds_execution"]
 
 
 def test_an_llm_run_records_its_memorys_one_time_build(micro_run):

@@ -99,8 +99,9 @@ def memory_examples(cfg: ExecutionRunConfig, tasks: Sequence[Any], runtime: Any,
     never asks the world model about them).
 
     ``cost``, when given, receives what the memory's own executions cost (those beyond the SFT's, whose
-    cost is the SFT's): ``executions`` and ``seconds_execution``, the sum of each outcome's recorded
-    seconds, the same whether they ran now or were read from the cache."""
+    cost is the SFT's): ``executions``, ``seconds_execution`` (the sum of each outcome's recorded wall
+    seconds) and ``cpu_seconds_execution`` (of their programs' CPU time; None when one of them was cached
+    before that was recorded), the same whether they ran now or were read from the cache."""
     train = [t for t in tasks if t.split == "train"]
     wm = cfg.world_model
     variants = world_model_sft_variants(train, replace(wm, sft_all_references=True), runtime)
@@ -119,7 +120,9 @@ def memory_examples(cfg: ExecutionRunConfig, tasks: Sequence[Any], runtime: Any,
     outcomes = executed_outcomes(cfg, tasks, variants, runtime, progress)
     if cost is not None:
         own = [outcomes[v.key] for v in variants if v.key not in sft_keys and outcomes[v.key].source == "executed"]
-        cost.update(executions=len(own), seconds_execution=float(sum(o.seconds for o in own)))
+        cpu = [o.cpu_seconds for o in own]
+        cost.update(executions=len(own), seconds_execution=float(sum(o.seconds for o in own)),
+                    cpu_seconds_execution=None if None in cpu else float(sum(cpu)))
     return [Executed(v.task_id, clean_reference(v.code), outcomes[v.key].score, outcomes[v.key].valid)
             for v in variants]
 
@@ -132,10 +135,22 @@ def _samples_file(policy: Any, tasks: Sequence[Any], per_task: int, seed: int, b
     return cache_dir().parent / "policy_samples" / f"{key}.json"
 
 
+class DrawingClock:
+    """What drawing samples costs: wall seconds and this process's CPU time (the generation runs in it)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def cost(self, samples: int) -> dict[str, float]:
+        return {"samples": samples, "seconds_generation": time.perf_counter() - self.wall,
+                "cpu_seconds_generation": time.process_time() - self.cpu}
+
+
 def policy_samples_cost(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
                         build: str | None) -> dict[str, float] | None:
     """What drawing :func:`policy_samples`' samples of ``build`` cost when they were drawn (``samples``,
-    ``seconds_generation``); None when they were drawn before the cost was recorded, or not cached."""
+    ``seconds_generation``, ``cpu_seconds_generation`` since round 23); None when they were drawn before
+    the cost was recorded, or not cached."""
     record = _samples_file(policy, tasks, per_task, seed, build).with_suffix(".cost.json")
     return read_json(record) if build is not None and record.is_file() else None
 
@@ -154,7 +169,7 @@ def policy_samples(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
     if build is not None and cached.is_file():
         codes = read_json(cached)
     else:
-        started = time.perf_counter()
+        clock = DrawingClock()
         drawn_for = [task_id for task_id in ids for _ in range(per_task)]
         prompts = [policy.first_prompt(task_id) for task_id in drawn_for]
         seeds = [int(s) for s in np.random.default_rng([seed, per_task]).integers(0, 2**31 - 1, len(prompts))]
@@ -163,8 +178,7 @@ def policy_samples(policy: Any, tasks: Sequence[Any], per_task: int, seed: int,
         if build is not None:
             # what drawing them cost, beside them: a one-time cost of the memory that every later run
             # from this build reads back (policy_samples_cost) instead of paying it
-            atomic_write_json(cached.with_suffix(".cost.json"),
-                              {"samples": len(codes), "seconds_generation": time.perf_counter() - started})
+            atomic_write_json(cached.with_suffix(".cost.json"), clock.cost(len(codes)))
             atomic_write_json(cached, codes)
     return [SolutionVariant(task_id, POLICY_SAMPLE, POLICY_SAMPLE, code, False, 0.0)
             for task_id, code in codes if code]

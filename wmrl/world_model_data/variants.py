@@ -103,6 +103,8 @@ class Outcome:
     stdout: str
     seconds: float
     source: str  # "executed" or "leaderboard" (the reference's recorded real run)
+    # the executed program's CPU time (its sandbox's); None for an outcome cached before it was recorded
+    cpu_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -284,7 +286,8 @@ def outcome_of_execution(outcome: Any) -> Outcome:
             error_type = error_type or limit_error.get(result.status, "MemoryError")
         text = _tail(tb, 600) or f"status {result.status}"
     return Outcome(result.status, bool(grade.valid), float(grade.position_score if grade.valid else 0.0),
-                   error_type, line, text, _tail(result.stdout_tail, 300), float(outcome.total_seconds), "executed")
+                   error_type, line, text, _tail(result.stdout_tail, 300), float(outcome.total_seconds), "executed",
+                   float(result.cpu_seconds))
 
 
 def cache_dir() -> Path:
@@ -303,7 +306,7 @@ def real_outcomes(variants: list[SolutionVariant], tasks: dict[str, Any], backen
     todo = []
     for v in variants:
         if v.kind == REFERENCE:
-            results[v.key] = Outcome("ok", True, v.reference_score, None, None, "", "", 0.0, "leaderboard")
+            results[v.key] = Outcome("ok", True, v.reference_score, None, None, "", "", 0.0, "leaderboard", 0.0)
         elif (cache / f"{v.key}.json").is_file():
             results[v.key] = Outcome(**json.loads((cache / f"{v.key}.json").read_text()))
         else:

@@ -37,7 +37,12 @@ from wmrl.trainers.llm.names import MEMORY_BUILD, MEMORY_LOG
 from wmrl.world_model.backends import HTTPBackend, InProcessBackend
 from wmrl.world_model.env import TaskCase, WorldModelEnvironment
 from wmrl.world_model.memory import Executed, ExecutedMemory, OnlineLog
-from wmrl.world_model_data.examples import memory_examples, policy_samples, policy_samples_cost
+from wmrl.world_model_data.examples import (
+    DrawingClock,
+    memory_examples,
+    policy_samples,
+    policy_samples_cost,
+)
 
 log = logging.getLogger(__name__)
 EVAL_SPLITS = ("train", "heldout")
@@ -105,11 +110,10 @@ def offline_memory(cfg: WMRLConfig, run: RunDir, model_path: Path, policy: Agent
     started = time.perf_counter()
     build = built_hash(model_path)
     sampling = (policy, tasks.train, cfg.world_model.memory_policy_samples, cfg.world_model.seed)
-    drawn = time.perf_counter()
+    clock = DrawingClock()
     samples = policy_samples(*sampling, build)
     # without a build hash nothing is cached: the samples were drawn just now, at this cost
-    drawing = (policy_samples_cost(*sampling, build) if build is not None else
-               {"samples": len(samples), "seconds_generation": time.perf_counter() - drawn})
+    drawing = policy_samples_cost(*sampling, build) if build is not None else clock.cost(len(samples))
     cost: dict[str, Any] = {"build": build, **(drawing or {})}
     offline = memory_examples(cfg, tasks.every, runtime, samples, progress=False, cost=cost)
     if not run.path.joinpath(MEMORY_BUILD).is_file():  # a resume keeps the first start's record
