@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import pytest
@@ -101,7 +103,7 @@ def test_columns_name_the_unit_the_runs_measured_and_say_when_units_mix():
     text = markdown(compare(cpu))
     assert "| CPU-hours | CPU-h to target |" in text and "grpo_real at equal CPU-h" in text
     assert "GPU" not in text
-    assert csv_text(compare(cpu)).splitlines()[1].endswith(",CPU")
+    assert next(csv.DictReader(io.StringIO(csv_text(compare(cpu)))))["hours_unit"] == "CPU"
     mixed = markdown(compare(cpu + [_rec("wmrl", 0, 0.3, [1, 2], [0.1, 0.3])]))  # a GPU run among CPU ones
     assert "| compute-hours |" in mixed and "do not share one unit" in mixed
     assert "| GPU-hours |" in markdown(compare(REF))  # the simulator's (modelled) GPU-hours
@@ -175,9 +177,9 @@ def test_interpolated_readings_are_marked_in_the_table_and_the_csv():
     row = next(line for line in table.splitlines() if line.startswith("| wmrl"))
     assert "(interpolated)" in row and "0.6333 (interpolated)" in row
     assert "(interpolated): read linearly between two logged points" in table
-    header, line = csv_text(c).splitlines()[0], csv_text(c).splitlines()[2]
-    assert header.endswith(",gpu_hours_to_target_read,grpo_real_score_at_equal_gpu_hours_read,hours_unit")
-    assert line.endswith(",interpolated,interpolated,GPU")
+    row = next(r for r in csv.DictReader(io.StringIO(csv_text(c))) if r["variant"] == "wmrl")
+    assert (row["gpu_hours_to_target_read"], row["grpo_real_score_at_equal_gpu_hours_read"]) == ("interpolated",) * 2
+    assert row["hours_unit"] == "GPU"
     # every reading at a logged point: nothing marked
     same = compare([_rec("grpo_real", s, 0.8, [0.0, 0.1], [0.3, 0.8]) for s in range(2)]
                    + [_rec("wmrl", s, 0.8, [0.0, 0.1], [0.3, 0.8]) for s in range(2)], target=0.8)
@@ -204,3 +206,38 @@ def test_compare_pools_several_sources_each_run_once(tmp_path: Path, capsys):
     capsys.readouterr()
     assert main(["compare", str(saved), str(conflict), "--out", str(tmp_path / "refused")]) != 0
     assert "wmrl anchor_frac=0.1 w_max=4 seed 1 twice, with different numbers" in capsys.readouterr().err
+
+
+def test_settings_pair_by_seed_with_grpo_real_and_with_anchor_only_at_their_anchor_frac():
+    """Each seed is one start: wmrl minus grpo_real and minus grpo_anchor_only at its own anchor fraction,
+    over the seeds both ran, with the t-interval; a seed from another checkpoint does not pair."""
+    from wmrl.sweep.compare import csv_text
+
+    def run(variant: str, seed: int, score: float, af: float = 0.125, w_max: float = 4.0, start: str = "sft-a"):
+        r = _rec(variant, seed, score, [1.0, 2.0], [0.1, score], af=af, w_max=w_max)
+        r.initial_policy = start
+        return r
+
+    real = [run("grpo_real", s, v) for s, v in enumerate([0.50, 0.40, 0.60])]
+    anchors = [run("grpo_anchor_only", s, v, af=af) for af in (0.125, 0.5) for s, v in enumerate([0.20, 0.30, 0.10])]
+    wmrl = [run("wmrl", s, v, af=0.5, w_max=1.0) for s, v in enumerate([0.45, 0.40, 0.50])]
+    other_start = run("wmrl", 3, 0.9, af=0.5, w_max=1.0, start="sft-b")  # no seed-3 baseline from sft-b
+    c = compare(real + anchors + wmrl + [other_start])
+    cell = next(s for s in c.settings if s.variant == "wmrl")
+    assert cell.vs_reference.n == 3 and cell.vs_reference.mean == pytest.approx(-0.05)  # -0.05, 0, -0.1
+    half = 4.302652729911275 * 0.05 / 3**0.5
+    assert cell.vs_reference.ci95 == pytest.approx((-0.05 - half, -0.05 + half))
+    assert cell.vs_anchor_only.n == 3 and cell.vs_anchor_only.mean == pytest.approx(0.25)  # 0.25, 0.1, 0.4
+    anchor = next(s for s in c.settings if s.variant == "grpo_anchor_only" and s.anchor_frac == 0.5)
+    assert anchor.vs_anchor_only is None and anchor.vs_reference.mean == pytest.approx(-0.3)
+    assert next(s for s in c.settings if s.variant == "grpo_real").vs_reference is None
+    md = markdown(c)
+    assert "| wmrl anchor_frac=0.5 w_max=1 | -0.0500 [" in md and "+0.2500 [" in md
+    row = next(r for r in csv.DictReader(io.StringIO(csv_text(c))) if r["variant"] == "wmrl")
+    assert float(row["minus_grpo_anchor_only_mean"]) == pytest.approx(0.25) and row["minus_grpo_anchor_only_seeds"] == "3"
+
+
+def test_without_a_baseline_nothing_is_paired():
+    c = compare([_rec("wmrl", s, v, [1], [v]) for s, v in enumerate([0.3, 0.4])])
+    assert c.settings[0].vs_reference is None and c.settings[0].vs_anchor_only is None
+    assert "Paired by seed" not in markdown(c)

@@ -7,6 +7,11 @@ score, and ``grpo_real``'s score at this setting's compute), and calibration hea
 how many seeds' Assumption-6 audits warned). The cheapest setting whose mean score is within one
 standard error of the best mean is named below the table.
 
+Below it, the settings paired by seed (a seed is the same start for every setting: same initial policy,
+same task order): each minus ``grpo_real``, and each setting that trains on the world model minus
+``grpo_anchor_only`` at its anchor fraction (the same executions without the world model's stream: does
+the stream add anything?), with the t-interval of the mean difference (wmrl/sweep/paired.py).
+
 A value read off a mean curve between two of its logged points (a trainer logs its score only at its
 evaluations) is a linear interpolation, not a measurement: :func:`crossing_read` and
 :func:`score_at_read` say how each was read, and the table marks interpolated values as such.
@@ -22,10 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.algorithm import get_variant
 from wmrl.simulate.report import mean_se, mean_se_text
+from wmrl.sweep.paired import Paired, paired
 from wmrl.sweep.records import RunRecord
 
 REFERENCE = "grpo_real"
+ANCHOR_ONLY = "grpo_anchor_only"  # the same executions as an anchored setting, without the world model
 TARGET_FRACTION = 0.9  # default target: grpo_real's first logged score + 90% of its gain by the end
 # How a value was read off a curve: at a logged point, between two (linear), or past the last one
 EVALUATED, INTERPOLATED, FINAL = "evaluated", "interpolated", "final"
@@ -52,10 +60,16 @@ class Setting:
     eta2: float | None = None
     rho: float | None = None
     audits: str = "-"
+    vs_reference: Paired | None = None  # this setting's final score minus grpo_real's, paired by seed
+    vs_anchor_only: Paired | None = None  # minus grpo_anchor_only's at this anchor_frac, paired by seed
 
     @property
     def label(self) -> str:
         return f"{self.variant} anchor_frac={self.anchor_frac:g} w_max={self.w_max:g}"
+
+    def by_start(self) -> dict[tuple[int, str], float]:
+        """Final score by (seed, initial policy): two runs pair only when they started from one checkpoint."""
+        return {(r.seed, r.initial_policy or ""): r.final_score for r in self.runs}
 
 
 def _mean_or_none(values: list[float | None]) -> float | None:
@@ -170,6 +184,7 @@ def compare(records: list[RunRecord], target: float | None = None) -> Comparison
         if ref is not None:
             s.ref_score_at_compute = score_at(ref.curve_hours, ref.curve_score, s.gpu_hours)
             s.ref_score_at_compute_read = score_at_read(ref.curve_hours, s.gpu_hours)
+    pair_settings(settings)
     scored = [s for s in settings if math.isfinite(s.score)]
     best = max(scored, key=lambda s: s.score) if scored else None
     cheapest = None
@@ -177,6 +192,29 @@ def compare(records: list[RunRecord], target: float | None = None) -> Comparison
         close = [s for s in scored if s.score >= best.score - best.score_se]
         cheapest = min(close, key=lambda s: s.gpu_hours)
     return Comparison(settings, target, ref, cheapest, best, hours_unit(records), initial_policies(records))
+
+
+def _trains_on_world_model(variant: str) -> bool:
+    try:
+        return get_variant(variant).trains_on_wm
+    except ValueError:  # a record from a variant this wmrl does not know: no baseline to pair it with
+        return False
+
+
+def pair_settings(settings: list[Setting]) -> None:
+    """Set each setting's paired differences against grpo_real and, for a setting that trains on the
+    world model, against grpo_anchor_only at its anchor fraction (the first such setting when several)."""
+    refs = [s for s in settings if s.variant == REFERENCE]
+    anchor_only = {}
+    for s in settings:
+        if s.variant == ANCHOR_ONLY:
+            anchor_only.setdefault(s.anchor_frac, s)
+    for s in settings:
+        if len(refs) == 1 and s is not refs[0]:
+            s.vs_reference = paired(refs[0].by_start(), s.by_start())
+        base = anchor_only.get(s.anchor_frac)
+        if base is not None and _trains_on_world_model(s.variant):
+            s.vs_anchor_only = paired(base.by_start(), s.by_start())
 
 
 def initial_policies(records: list[RunRecord]) -> dict[str, list[str]]:
@@ -239,6 +277,26 @@ def rows(c: Comparison) -> list[list[str]]:
     return out
 
 
+def paired_text(d: Paired | None) -> str:
+    if d is None or d.n == 0:
+        return "-"
+    if d.n < 2:
+        return f"{d.mean:+.4f} (1 seed)"
+    return f"{d.mean:+.4f} [{d.ci95[0]:+.4f}, {d.ci95[1]:+.4f}] ({d.n} seeds)"
+
+
+def paired_lines(c: Comparison) -> list[str]:
+    """The settings paired by seed against the baselines (none when no setting has a baseline)."""
+    shown = [s for s in c.settings if s.vs_reference is not None or s.vs_anchor_only is not None]
+    if not shown:
+        return []
+    lines = ["", "Paired by seed (same seed and initial policy = same start): final score minus the baseline's, "
+                 "mean and 95% t-interval over the seeds both ran.", "",
+             f"| setting | − {REFERENCE} | − {ANCHOR_ONLY} at its anchor_frac |", "|---|---|---|"]
+    lines += [f"| {s.label} | {paired_text(s.vs_reference)} | {paired_text(s.vs_anchor_only)} |" for s in shown]
+    return lines
+
+
 def markdown(c: Comparison) -> str:
     header = columns(c.unit)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -263,7 +321,17 @@ def markdown(c: Comparison) -> str:
     if c.unit == "compute":
         lines.append("The runs do not share one unit (GPU-hours, CPU-hours, or runs logged before wmrl tagged "
                      "the unit): their hours are compared as they were measured.")
+    lines += paired_lines(c)
     return "\n".join(lines) + "\n"
+
+
+PAIRED_PARTS = ("mean", "ci95_low", "ci95_high", "seeds")
+
+
+def _paired_values(d: Paired | None) -> list[Any]:
+    if d is None or d.n == 0:
+        return [None] * len(PAIRED_PARTS)
+    return [d.mean, *(x if math.isfinite(x) else None for x in d.ci95), d.n]
 
 
 def csv_text(c: Comparison) -> str:
@@ -273,12 +341,14 @@ def csv_text(c: Comparison) -> str:
     writer.writerow(["variant", "anchor_frac", "w_max", "seeds", "final_score", "final_score_se", "gpu_hours",
                      *(f"gpu_hours_{p}" for p in phases), "gpu_hours_to_target", "speedup_to_target",
                      "grpo_real_score_at_equal_gpu_hours", "eta2_end", "rho_end", "audit_warned",
-                     "gpu_hours_to_target_read", "grpo_real_score_at_equal_gpu_hours_read", "hours_unit"])
+                     "gpu_hours_to_target_read", "grpo_real_score_at_equal_gpu_hours_read", "hours_unit",
+                     *(f"minus_{base}_{part}" for base in (REFERENCE, ANCHOR_ONLY) for part in PAIRED_PARTS)])
     for s in c.settings:
         values: list[Any] = [s.variant, s.anchor_frac, s.w_max, len(s.runs), s.score, s.score_se, s.gpu_hours,
                              *(s.phase_hours.get(p, 0.0) for p in phases), s.hours_to_target,
                              s.speedup_to_target, s.ref_score_at_compute, s.eta2, s.rho, s.audits,
                              s.hours_to_target_read if s.hours_to_target is not None else "",
-                             s.ref_score_at_compute_read if s.ref_score_at_compute is not None else "", c.unit]
+                             s.ref_score_at_compute_read if s.ref_score_at_compute is not None else "", c.unit,
+                             *_paired_values(s.vs_reference), *_paired_values(s.vs_anchor_only)]
         writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in values])
     return buf.getvalue()
