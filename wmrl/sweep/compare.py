@@ -290,8 +290,8 @@ def paired_lines(c: Comparison) -> list[str]:
     shown = [s for s in c.settings if s.vs_reference is not None or s.vs_anchor_only is not None]
     if not shown:
         return []
-    lines = ["", "Paired by seed (same seed and initial policy = same start): final score minus the baseline's, "
-                 "mean and 95% t-interval over the seeds both ran.", "",
+    lines = ["", ("Paired by seed (same seed and initial policy = same start): final score minus the baseline's, "
+                  "mean and 95% t-interval over the seeds both ran."), "",
              f"| setting | − {REFERENCE} | − {ANCHOR_ONLY} at its anchor_frac |", "|---|---|---|"]
     lines += [f"| {s.label} | {paired_text(s.vs_reference)} | {paired_text(s.vs_anchor_only)} |" for s in shown]
     return lines
