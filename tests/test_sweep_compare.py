@@ -83,6 +83,13 @@ def test_a_trainer_curve_pairs_each_evaluation_with_the_cost_at_its_step():
     assert score == [0.3, 0.5, 0.8]
     assert hours == pytest.approx([0.0, 0.6, 1.2])  # before the first step nothing was spent
     assert score_curve([(5, 0.4)], [(2, 0.2), (4, 0.4), (7, 0.7)])[0] == [0.4]  # the last cost before it
+    # a run that never logged the cost metric has no curve (its hours are unknown, not zero), so the
+    # setting's mean curve, its speedup and its line on the plot are not drawn from zeros
+    assert score_curve([(0, 0.3), (12, 0.8)], []) == ([], [])
+    measured = _rec("wmrl", 1, 0.8, [0.01, 0.1], [0.3, 0.8])
+    unmeasured = RunRecord(name="wmrl-s0", variant="wmrl", seed=0, anchor_frac=0.1, w_max=4.0, final_score=0.8,
+                           gpu_hours=float("nan"))
+    assert not len(compare([measured, unmeasured]).settings[0].curve_hours)
 
 
 def test_a_trainer_runs_phases_come_from_its_measured_seconds():

@@ -160,8 +160,11 @@ def score_curve(score: list[tuple[int, float]], cost: list[tuple[int, float]]) -
 
     A trainer logs its cost every step but its score only at evaluations (steps 0, eval_every, ...):
     each score is paired with the cost logged at its step, or the last one before it (0 before the
-    first step). The simulator logs both at the same steps.
+    first step). The simulator logs both at the same steps. A run that never logged the cost metric (e.g.
+    ``cpu_hours``, which runs before round 22 did not measure) has no curve: its hours are unknown, not 0.
     """
+    if not cost:
+        return [], []
     steps = [step for step, _ in cost]
     hours = [cost[i][1] if (i := bisect.bisect_right(steps, step) - 1) >= 0 else 0.0 for step, _ in score]
     return hours, [value for _, value in score]
