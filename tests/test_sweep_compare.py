@@ -215,6 +215,20 @@ def test_compare_pools_several_sources_each_run_once(tmp_path: Path, capsys):
     assert "wmrl anchor_frac=0.1 w_max=4 seed 1 twice, with different numbers" in capsys.readouterr().err
 
 
+def test_a_run_without_the_cost_metric_is_one_run_when_read_twice():
+    """A run that did not log the cost metric (NaN hours) read from saved records and again from its sweep
+    is the same run: NaN never equals NaN, which refused it as two different runs of one seed."""
+    from wmrl.sweep.records import pool_records
+
+    unmeasured = RunRecord(name="wmrl-s0", variant="wmrl", seed=0, anchor_frac=0.1, w_max=4.0, final_score=0.4,
+                           gpu_hours=float("nan"))
+    again = RunRecord(**{**unmeasured.__dict__, "gpu_hours": float("nan")})  # read anew: another NaN object
+    assert len(pool_records([("saved", [unmeasured]), ("sweep", [again])])) == 1
+    other = RunRecord(**{**unmeasured.__dict__, "final_score": 0.5})
+    with pytest.raises(ValueError, match="seed 0 twice, with different numbers"):
+        pool_records([("saved", [unmeasured]), ("sweep", [other])])
+
+
 def test_settings_pair_by_seed_with_grpo_real_and_with_anchor_only_at_their_anchor_frac():
     """Each seed is one start: wmrl minus grpo_real and minus grpo_anchor_only at its own anchor fraction,
     over the seeds both ran, with the t-interval; a seed from another checkpoint does not pair."""

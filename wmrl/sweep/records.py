@@ -106,6 +106,11 @@ def read_records(path: Path) -> list[RunRecord]:
     return out
 
 
+def _same(a: float, b: float) -> bool:
+    """Equal numbers, or both unmeasured (NaN: a cost metric the run did not log)."""
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
 def pool_records(sources: list[tuple[str, list[RunRecord]]]) -> list[RunRecord]:
     """The runs of several sources (a sweep directory, a saved ``records.jsonl``...), each (setting, seed)
     once: a run found twice (a sweep read again after its records were saved) is kept once when its
@@ -118,7 +123,7 @@ def pool_records(sources: list[tuple[str, list[RunRecord]]]) -> list[RunRecord]:
                 found[key] = (where, r)
                 continue
             first_where, first = found[key]
-            if (first.final_score, first.gpu_hours) != (r.final_score, r.gpu_hours):
+            if not (_same(first.final_score, r.final_score) and _same(first.gpu_hours, r.gpu_hours)):
                 variant, frac, w_max = r.setting
                 raise ValueError(
                     f"{variant} anchor_frac={frac:g} w_max={w_max:g} seed {r.seed} twice, with different numbers: "
