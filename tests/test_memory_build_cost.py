@@ -67,7 +67,11 @@ def test_the_draws_cpu_time_is_the_processs_not_the_wall_clocks(task, tmp_path, 
     policy_samples(policy, [task], 3, seed=0, build="b")
     cost = policy_samples_cost(policy, [task], 3, 0, "b")
     assert cost["seconds_generation"] >= 0.9
-    assert cost["cpu_seconds_generation"] >= 0.85 if busy else cost["cpu_seconds_generation"] < 0.45
+    # whatever else the draw costs (prompts, tokenising) is in both clocks: the sleep is in the wall clock only
+    if busy:
+        assert cost["cpu_seconds_generation"] >= 0.85
+    else:
+        assert cost["seconds_generation"] - cost["cpu_seconds_generation"] >= 0.8
 
 
 @bwrap
