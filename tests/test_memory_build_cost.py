@@ -66,8 +66,8 @@ def test_the_draws_cpu_time_is_the_processs_not_the_wall_clocks(task, tmp_path, 
                          AgentConfig(prompt_style="short", max_turns=1), context)
     policy_samples(policy, [task], 3, seed=0, build="b")
     cost = policy_samples_cost(policy, [task], 3, 0, "b")
-    assert cost["seconds_generation"] >= 0.9
     # whatever else the draw costs (prompts, tokenising) is in both clocks: the sleep is in the wall clock only
+    # (the spin counts the process's CPU, other threads' included, so its wall time may be a little shorter)
     if busy:
         assert cost["cpu_seconds_generation"] >= 0.85
     else:
