@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import test_security_common
-from test_security_common import World, assert_contained, attack, snapshot
+from test_security_common import World, assert_contained, attack, limits, snapshot
 
 world = test_security_common.world  # the shared fixture
 
@@ -137,13 +137,23 @@ def test_another_executions_submission_grades_the_same_after_an_attack(world: Wo
     code = (
         WRITE
         + f"""
-import glob
-for path in glob.glob("/**/submission.csv", recursive=True) + [{str(victim)!r}]:
+import os
+found = []
+for top, dirs, files in os.walk("/"):
+    if top.startswith(("/proc", "/sys")):  # their links lead back to /; no run keeps files there
+        dirs[:] = []
+        continue
+    found += [os.path.join(top, "submission.csv")] if "submission.csv" in files else []
+for path in found + [{str(victim)!r}]:
     if path != SUBMISSION_PATH:
         attempt(path)
+print("searched", len(found))
 """
     )
-    result, grade = attack(world, code)
+    # The search must finish to have tried every submission it could see. (It was a recursive glob
+    # over / that never ended: the 5 s timeout cut it short and the test passed having tried nothing.)
+    result, grade = attack(world, code, limits(timeout_s=120))
+    assert result.status == "ok" and "searched" in result.stdout_tail, result.status
     after = grade_submission(world.task, victim)
     assert (after.valid, after.raw_score, after.position_score) == (
         grade_before.valid,
