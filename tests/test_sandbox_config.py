@@ -14,9 +14,9 @@ from wmrl.sandbox.bwrap import BwrapBackend
 def test_limits_come_from_the_config() -> None:
     cfg = SandboxConfig(
         timeout_s=30, memory_mb=1000, max_procs=10, max_output_bytes=2048, gpus=1, max_file_mb=5,
-        disk_quota_mb=700, max_files=900,
+        disk_quota_mb=700, max_files=900, max_wall_factor=2.5,
     )  # fmt: skip
-    assert limits_from_config(cfg) == SandboxLimits(30.0, 1000, 10, 2048, 1, 5, 700, 900)
+    assert limits_from_config(cfg) == SandboxLimits(30.0, 1000, 10, 2048, 1, 5, 700, 900, 2.5)
 
 
 def test_timeout_override_for_one_task() -> None:

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                              cfg.agent, agent_ctx)
         run_id = f"eval-{int(time.time())}"
         env = ExecutedEnvironment(LocalRunner(config_work(cfg, run_id), cfg.launch.workers), run_id,
-                                  cfg.sandbox.timeout_s, cfg.launch)
+                                  cfg.sandbox.timeout_s, cfg.launch, cfg.sandbox.max_wall_factor)
         report = evaluate_split(policy, env, [(t.task_id, t.category) for t in tasks], k, cfg.algorithm.seed,
                                 step, args.pool, progress=say)
     out = Path(args.out) if args.out else default_out

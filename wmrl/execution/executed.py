@@ -41,19 +41,23 @@ class Runner(Protocol):
 
 
 class ExecutedEnvironment:
-    """Real executions through ``runner``; ``timeout_s`` is the sandbox limit of one solution."""
+    """Real executions through ``runner``; ``timeout_s`` is the sandbox limit of one solution, which a
+    loaded machine may stretch to ``max_wall_factor`` times in wall seconds (``sandbox.max_wall_factor``)."""
 
     role = EXECUTED
 
-    def __init__(self, runner: Runner, run_id: str, timeout_s: float, launch: LaunchConfig) -> None:
+    def __init__(self, runner: Runner, run_id: str, timeout_s: float, launch: LaunchConfig,
+                 max_wall_factor: float = 1.0) -> None:
         self.runner, self.run_id, self.timeout_s, self.launch = runner, run_id, timeout_s, launch
+        self.max_wall_factor = max_wall_factor
         self.reused = 0  # submissions answered by an earlier execution (launch.reuse_executions)
         self._outcomes: dict[str, Feedback] = {}  # content key -> the feedback of its scored execution
 
     def deadline_s(self, n_requests: int) -> float:
         """How long a batch may take: every round of workers may need all its attempts and leases."""
         rounds = math.ceil(n_requests / max(1, self.launch.workers))
-        return rounds * self.launch.max_attempts * (self.timeout_s + self.launch.timing.lease_s) + 60.0
+        wall_s = self.timeout_s * self.max_wall_factor
+        return rounds * self.launch.max_attempts * (wall_s + self.launch.timing.lease_s) + 60.0
 
     def evaluate(self, submissions: Sequence[Submission]) -> list[Feedback]:
         if not submissions:

@@ -10,7 +10,7 @@ from wmrl.sandbox.apptainer import ApptainerBackend
 from wmrl.sandbox.base import STATUSES, ExecutionResult, SandboxBackend, SandboxLimits
 from wmrl.sandbox.bwrap import BwrapBackend
 from wmrl.sandbox.config import BACKENDS, SandboxConfig, limits_from_config
-from wmrl.sandbox.runspec import SUBMISSION_NAME, SandboxError
+from wmrl.sandbox.runspec import SUBMISSION_NAME, ExecutionStalled, SandboxError
 from wmrl.sandbox.subprocess_backend import SubprocessBackend
 
 
@@ -29,6 +29,7 @@ __all__ = [
     "STATUSES",
     "SUBMISSION_NAME",
     "ExecutionResult",
+    "ExecutionStalled",
     "SandboxBackend",
     "SandboxConfig",
     "SandboxError",

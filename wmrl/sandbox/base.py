@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+# "timeout": the solution used its time (wall seconds less those it waited for a CPU);
 # "memory" / "disk_quota": the supervisor stopped the execution at its memory limit (processes plus
 # its tmpfs files) or at its disk quota (everything it wrote); "killed": any other signal death.
 STATUSES = ("ok", "error", "timeout", "memory", "disk_quota", "killed")
@@ -18,6 +19,7 @@ STATUSES = ("ok", "error", "timeout", "memory", "disk_quota", "killed")
 
 @dataclass(frozen=True)
 class SandboxLimits:
+    # The solution's time: wall seconds less those the machine held it back (runnable, waiting for a CPU).
     timeout_s: float = 1200.0
     memory_mb: int = 8192
     max_procs: int = 256
@@ -26,6 +28,9 @@ class SandboxLimits:
     max_file_mb: int = 4096  # largest single file the solution may write (RLIMIT_FSIZE)
     disk_quota_mb: int = 16384  # everything the execution holds on disk, all files together
     max_files: int = 100_000  # files and directories it may hold (bounds the quota's walk too)
+    # However long it is held back, it is stopped at this many times timeout_s of wall time: an
+    # infrastructure failure (ExecutionStalled), not the solution's timeout.
+    max_wall_factor: float = 4.0
 
 
 @dataclass

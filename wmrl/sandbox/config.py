@@ -20,8 +20,12 @@ def _check_bind(key: str, spec: str) -> None:
 class SandboxConfig(Section):
     KEY: ClassVar[str] = "sandbox"
     backend: str = field(default="bwrap", metadata=choice(BACKENDS))
-    # Appendix D execution budget
+    # Appendix D execution budget, in the solution's own wall seconds: time it spent runnable but waiting
+    # for a CPU (a loaded or oversubscribed node, a sweep at low priority) is not charged to it.
     timeout_s: float = field(default=1200.0, metadata=in_range(0.0, low_open=True))
+    # The hard wall-clock limit, as a multiple of timeout_s, however long the machine held it back;
+    # stopped there it is an infrastructure failure (retried by the workers), not a timeout scored 0.
+    max_wall_factor: float = field(default=4.0, metadata=in_range(1.0))
     # Per-process address-space limit, and the limit on the execution's memory as a whole: the PSS of
     # all its processes plus its files in tmpfs (/tmp, /dev/shm under bwrap).
     memory_mb: int = field(default=8192, metadata=in_range(64))
@@ -64,6 +68,7 @@ def limits_from_config(cfg: SandboxConfig, timeout_s: float | None = None) -> Sa
     """
     return SandboxLimits(
         timeout_s=float(cfg.timeout_s if timeout_s is None else timeout_s),
+        max_wall_factor=float(cfg.max_wall_factor),
         memory_mb=int(cfg.memory_mb),
         max_procs=int(cfg.max_procs),
         max_output_bytes=int(cfg.max_output_bytes),

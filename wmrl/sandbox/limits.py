@@ -87,6 +87,24 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+def run_delays(pids: list[int]) -> dict[int, float]:
+    """Seconds each thread of ``pids`` has spent runnable but waiting for a CPU (schedstat's run
+    delay, by thread id): time the machine held it back, which its own code did not spend."""
+    delays: dict[int, float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    delays[int(tid)] = int(f.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue  # exited meanwhile, or a kernel without schedstat: nothing held back is seen
+    return delays
+
+
 def kill_all(sel: ProcSelector, settle_s: float = 2.0) -> int:
     """SIGKILL every matching process until none is left (or ``settle_s`` passed); return survivors."""
     deadline = time.monotonic() + settle_s

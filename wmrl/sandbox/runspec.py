@@ -37,6 +37,11 @@ class SandboxError(RuntimeError):
     """The sandbox itself could not run (bad image, missing binary, bad bind): not the solution's fault."""
 
 
+class ExecutionStalled(SandboxError):
+    """The machine held the execution back until its hard wall limit, before it had used its time: not
+    the solution's fault, so no score (a worker retries it; an evaluation counts it failed)."""
+
+
 @dataclass(frozen=True)
 class Mounts:
     """Where the sandbox sees each host directory (identical paths for the subprocess backend)."""
@@ -238,6 +243,9 @@ def to_result(
         status = "error"
     else:  # killed by a signal (kernel OOM killer, a SIGKILL it sent itself, ...)
         status = "killed"
+    if outcome.reason == "stalled":
+        raise ExecutionStalled(f"{backend} execution stalled: {outcome.detail}; a quieter machine, fewer "
+                               "workers per core or a larger sandbox.max_wall_factor lets it run")
     if started is False and outcome.reason == "exited" and code != 0:
         raise SandboxError(
             f"{backend} sandbox failed to start (exit {code}): {outcome.stderr.text()[-2000:]}"
@@ -252,6 +260,8 @@ def to_result(
         extra["submission_rejected"] = why
     if outcome.survivors:
         extra["survivors"] = outcome.survivors
+    if outcome.held_back_seconds >= 0.1:
+        extra["held_back_seconds"] = round(outcome.held_back_seconds, 1)
     return ExecutionResult(
         status=status,
         exit_code=code,

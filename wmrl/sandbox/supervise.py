@@ -1,10 +1,17 @@
-"""Run one sandbox command under supervision: bounded output, wall-time, memory and disk watchdog.
+"""Run one sandbox command under supervision: bounded output, time, memory and disk watchdog.
 
 Shared by every backend: a backend builds the command line and the environment and names the host
 directories the execution can write; this module starts it in its own session, keeps only the
 tail of its output, kills the whole execution on timeout, when its memory (processes plus its tmpfs
 files) passes the limit or when what it wrote passes its disk quota, and makes sure nothing
 survives it.
+
+The time limit is the solution's own time: wall seconds less the longest any of its threads waited,
+runnable, for a CPU (``/proc/*/task/*/schedstat``). A solution on a loaded machine (a sweep at nice 19
+beside other work got ~1.5% of a core) is not stopped for time the machine did not give it, which the
+workers would otherwise score 0 as the solution's timeout. A hard wall limit (``max_wall_factor`` x
+the budget) still bounds it; stopped there before using its time, the execution *stalled*: an
+infrastructure failure (:class:`~wmrl.sandbox.runspec.ExecutionStalled`), retried, never scored.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import IO
 
 from wmrl.sandbox.base import SandboxLimits
 from wmrl.sandbox.disk import DiskWatch
-from wmrl.sandbox.limits import ProcSelector, cpu_seconds, find_processes, kill_all
+from wmrl.sandbox.limits import ProcSelector, cpu_seconds, find_processes, kill_all, run_delays
 from wmrl.sandbox.memory import execution_memory, peak_process_mb
 
 POLL_S = 0.05  # how often the watchdog looks at the execution
@@ -68,7 +75,7 @@ def _drain(stream: IO[bytes], buf: TailBuffer) -> None:
 class Outcome:
     """What the supervisor saw; a backend turns it into an ``ExecutionResult``."""
 
-    reason: str  # "exited", "timeout", "memory", "disk_quota"
+    reason: str  # "exited", "timeout", "memory", "disk_quota", "stalled"
     exit_code: int | None
     wall_seconds: float
     cpu_seconds: float
@@ -78,6 +85,7 @@ class Outcome:
     survivors: int = 0
     detail: str = ""  # why a limit stopped it, in words for the agent's feedback
     extra: dict[str, float | int | str] = field(default_factory=dict)
+    held_back_seconds: float = 0.0  # wall time not charged: the longest any thread waited for a CPU
 
 
 def supervise(
@@ -116,7 +124,7 @@ def supervise(
     ]
     for t in readers:
         t.start()
-    watch = _watch(proc.pid, selector, limits, disk, deadline=start + limits.timeout_s)
+    watch = _watch(proc.pid, selector, limits, disk, start)
     wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(watch.status)
     # Whatever the solution left running (daemons, double forks) dies with it.
@@ -145,6 +153,7 @@ def supervise(
         survivors=survivors,
         detail=watch.detail,
         extra=_extra(out, err, watch.tmpfs_peak_mb, disk),
+        held_back_seconds=watch.held_back,
     )
 
 
@@ -159,6 +168,14 @@ class _Watch:
     peak_mb: float = 0.0
     tmpfs_peak_mb: float = 0.0
     cpu_seen: float = 0.0
+    run_delay: dict[int, float] = field(default_factory=dict)  # by thread id, the latest seen
+
+    @property
+    def held_back(self) -> float:
+        return max(self.run_delay.values(), default=0.0)
+
+    def sample_run_delay(self, pids: list[int]) -> None:
+        self.run_delay.update(run_delays(pids))
 
     def sample_memory(self, pids: list[int], limits: SandboxLimits) -> None:
         """Record the execution's memory and CPU time; over the memory limit, it is to be stopped."""
@@ -170,23 +187,29 @@ class _Watch:
             self.reason, self.detail = "memory", _memory_detail(used.total_mb, used.tmpfs_mb, limits)
 
 
-def _watch(
-    pid: int, selector: ProcSelector, limits: SandboxLimits, disk: DiskWatch | None, deadline: float
-) -> _Watch:
+def _watch(pid: int, selector: ProcSelector, limits: SandboxLimits, disk: DiskWatch | None, start: float) -> _Watch:
     """Poll the execution whose top process is ``pid`` until it exits or a limit trips; a tripped
     limit kills the whole execution. Returns once the top process is reaped."""
     watch, polls = _Watch(), 0
     pids: list[int] = []
+    wall_limit = limits.timeout_s * limits.max_wall_factor
     while True:
         done, watch.status, watch.rusage = os.wait4(pid, os.WNOHANG)
         if done:
             return watch
         now = time.monotonic()
-        if now > deadline:
-            watch.reason = "timeout"
-        elif polls % MEMORY_EVERY == 0:
+        if now - start - watch.held_back > limits.timeout_s:
+            watch.sample_run_delay(find_processes(selector))  # the latest delays, before judging
+            if now - start - watch.held_back > limits.timeout_s:
+                watch.reason = "timeout"
+        if watch.reason == "exited" and now - start > wall_limit:
+            watch.reason = "stalled"
+            watch.detail = (f"the machine held it back {watch.held_back:.0f} s of {now - start:.0f} s (waiting for a "
+                            f"CPU); stopped at {limits.max_wall_factor:g}x its {limits.timeout_s:g} s budget")
+        elif watch.reason == "exited" and polls % MEMORY_EVERY == 0:
             pids = find_processes(selector)
             watch.sample_memory(pids, limits)
+            watch.sample_run_delay(pids)
         if watch.reason == "exited" and disk is not None and disk.due(now, pids):
             over = disk.check(pids)
             if over:

@@ -100,7 +100,8 @@ class AnchoredSimTrainer:
         self.agent = SoftmaxAgent(self.policy, index, lambda tasks, actions, rng: [
             [codes[int(ti)][int(a)] for a in row] for ti, row in zip(tasks, actions, strict=True)])
         self.learner = SoftmaxLearner(self.policy, index, cfg.simulator.lr, cfg.simulator.entropy_coef)
-        self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
+        self.executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch,
+                                                cfg.sandbox.max_wall_factor)
 
         def truth(sub: Submission) -> float:
             return known[(sub.task_id, sub.code)]

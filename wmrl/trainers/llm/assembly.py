@@ -135,7 +135,8 @@ def assemble(cfg: WMRLConfig, run: RunDir, runner: Runner, calls_world_model: bo
     learner, generator = place_on_rank(leader, model_path, leader.channel, cfg.generation, cfg.model.dtype)
     overviews = {t.task_id: task_overview(t) for t in tasks.every}
     policy = AgentPolicy(generator, cfg.sampling.params(), overviews, cfg.agent, agent_ctx)
-    executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch)
+    executed_env = ExecutedEnvironment(runner, run.run_id, cfg.sandbox.timeout_s, cfg.launch,
+                                       cfg.sandbox.max_wall_factor)
     offline: list[Executed] = []
     world_model = None
     if calls_world_model:

@@ -128,7 +128,7 @@ class LLMTrainer:
         when ``train.share_initial_eval`` allows it (read back if another run measured it)."""
         # Its own request namespace, so evaluation never collides with a training step's requests.
         env = ExecutedEnvironment(self.runner, f"{self.run_dir.run_id}-eval-{label}-{split}",
-                                  self.cfg.sandbox.timeout_s, self.cfg.launch)
+                                  self.cfg.sandbox.timeout_s, self.cfg.launch, self.cfg.sandbox.max_wall_factor)
 
         def measure() -> EvalReport:
             return evaluate_split(self.policy, env, listed, self.cfg.train.eval_k, self.cfg.algorithm.seed,
