@@ -31,6 +31,9 @@ class SandboxLimits:
     # However long it is held back, it is stopped at this many times timeout_s of wall time: an
     # infrastructure failure (ExecutionStalled), not the solution's timeout.
     max_wall_factor: float = 4.0
+    # CPUs the execution is given (sandbox.threads): CPU time at this rate is its own use, so a solution
+    # that keeps its own threads waiting (more busy threads than CPUs) gets no credit for their wait.
+    cpus: int = 1
 
 
 @dataclass

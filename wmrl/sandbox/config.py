@@ -76,4 +76,5 @@ def limits_from_config(cfg: SandboxConfig, timeout_s: float | None = None) -> Sa
         max_file_mb=int(cfg.max_file_mb),
         disk_quota_mb=int(cfg.disk_quota_mb),
         max_files=int(cfg.max_files),
+        cpus=int(cfg.threads),
     )

@@ -7,7 +7,8 @@ files) passes the limit or when what it wrote passes its disk quota, and makes s
 survives it.
 
 The time limit is the solution's own time: wall seconds less the longest any of its threads waited,
-runnable, for a CPU (``/proc/*/task/*/schedstat``). A solution on a loaded machine (a sweep at nice 19
+runnable, for a CPU (``/proc/*/task/*/schedstat``), but at least its CPU time over its ``cpus`` (so
+threads it crowds onto its own CPUs earn nothing). A solution on a loaded machine (a sweep at nice 19
 beside other work got ~1.5% of a core) is not stopped for time the machine did not give it, which the
 workers would otherwise score 0 as the solution's timeout. A hard wall limit (``max_wall_factor`` x
 the budget) still bounds it; stopped there before using its time, the execution *stalled*: an
@@ -174,15 +175,21 @@ class _Watch:
     def held_back(self) -> float:
         return max(self.run_delay.values(), default=0.0)
 
-    def sample_run_delay(self, pids: list[int]) -> None:
+    def sample_time(self, pids: list[int]) -> None:
         self.run_delay.update(run_delays(pids))
+        self.cpu_seen = max(self.cpu_seen, cpu_seconds(pids))
+
+    def charged(self, wall: float, limits: SandboxLimits) -> float:
+        """The solution's own time after ``wall`` seconds: wall less what it waited for a CPU, but
+        never less than its CPU time at its CPUs' rate (its own threads crowding each other are its
+        doing) and never more than the wall clock."""
+        return min(wall, max(wall - self.held_back, self.cpu_seen / max(1, limits.cpus)))
 
     def sample_memory(self, pids: list[int], limits: SandboxLimits) -> None:
-        """Record the execution's memory and CPU time; over the memory limit, it is to be stopped."""
+        """Record the execution's memory; over the memory limit, it is to be stopped."""
         used = execution_memory(pids)
         self.peak_mb = max(self.peak_mb, used.total_mb, peak_process_mb(pids))
         self.tmpfs_peak_mb = max(self.tmpfs_peak_mb, used.tmpfs_mb)
-        self.cpu_seen = max(self.cpu_seen, cpu_seconds(pids))
         if used.total_mb > limits.memory_mb:
             self.reason, self.detail = "memory", _memory_detail(used.total_mb, used.tmpfs_mb, limits)
 
@@ -198,9 +205,9 @@ def _watch(pid: int, selector: ProcSelector, limits: SandboxLimits, disk: DiskWa
         if done:
             return watch
         now = time.monotonic()
-        if now - start - watch.held_back > limits.timeout_s:
-            watch.sample_run_delay(find_processes(selector))  # the latest delays, before judging
-            if now - start - watch.held_back > limits.timeout_s:
+        if watch.charged(now - start, limits) > limits.timeout_s:
+            watch.sample_time(find_processes(selector))  # the latest counts, before judging
+            if watch.charged(now - start, limits) > limits.timeout_s:
                 watch.reason = "timeout"
         if watch.reason == "exited" and now - start > wall_limit:
             watch.reason = "stalled"
@@ -209,7 +216,7 @@ def _watch(pid: int, selector: ProcSelector, limits: SandboxLimits, disk: DiskWa
         elif watch.reason == "exited" and polls % MEMORY_EVERY == 0:
             pids = find_processes(selector)
             watch.sample_memory(pids, limits)
-            watch.sample_run_delay(pids)
+            watch.sample_time(pids)
         if watch.reason == "exited" and disk is not None and disk.due(now, pids):
             over = disk.check(pids)
             if over:
