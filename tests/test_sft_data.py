@@ -16,7 +16,7 @@ from wmrl.agent.parse import parse_reply
 from wmrl.agent.policy import AgentPolicy
 from wmrl.agent.prompts import PromptContext
 from wmrl.generation.base import SamplingParams
-from wmrl.sandbox import SandboxConfig, SandboxLimits, make_backend
+from wmrl.sandbox import ExecutionStalled, SandboxConfig, SandboxLimits, make_backend
 from wmrl.sandbox.probe import table_runtime
 from wmrl.sft.data import (
     SFTData,
@@ -35,6 +35,7 @@ from wmrl.world_model_data.variants import (
     AGENT_MISTAKES,
     MUTATIONS,
     POLICY_SAMPLE,
+    STALL_ATTEMPTS,
     make_variants,
     real_outcomes,
 )
@@ -191,6 +192,37 @@ def test_world_model_targets_come_from_real_executions_and_are_cached(task, tmp_
         failed = [v.check for v in verdicts if v.failed]
         assert failed == ([] if variant.kind == "reference" else [failing_check(outcomes[variant.key], CHECK_NAMES)])
         assert verdicts[-1].confidence == 0.6  # quality = the reference's real score, bug or not
+
+
+class StallsFirst:
+    """The real bwrap backend on a machine too busy to run each program the first ``stalls`` times."""
+
+    def __init__(self, stalls: int) -> None:
+        self.real, self.stalls, self.calls = make_backend(SandboxConfig(backend="bwrap")), stalls, {}
+        self.name, self.revision = self.real.name, self.real.revision
+
+    def run(self, code, public_dir, work_dir, limits):
+        self.calls[code] = self.calls.get(code, 0) + 1
+        if self.calls[code] <= self.stalls:
+            raise ExecutionStalled("bwrap execution stalled: the machine held it back 240 s of 240 s")
+        return self.real.run(code, public_dir, work_dir, limits)
+
+
+@bwrap
+def test_a_variant_the_machine_held_back_is_run_again_not_lost_or_scored(task, tmp_path, monkeypatch):
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
+    variants = [v for v in make_variants([task], per_task=1, heldout_fraction=0.0) if v.kind == "crash"]
+    limits, runtime = SandboxLimits(timeout_s=60), table_runtime()
+    backend = StallsFirst(stalls=STALL_ATTEMPTS - 1)
+    outcome = real_outcomes(variants, {task.task_id: task}, backend, limits, runtime, tmp_path / "work")[variants[0].key]
+    assert outcome.source == "executed" and outcome.error_type == "ValueError"  # the program's own outcome
+    assert list(backend.calls.values()) == [STALL_ATTEMPTS]
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache2"))
+    with pytest.raises(ExecutionStalled):  # never run: the build stops, and caches nothing for it
+        real_outcomes(variants, {task.task_id: task}, StallsFirst(stalls=STALL_ATTEMPTS), limits, runtime,
+                      tmp_path / "work")
+    assert not list((tmp_path / "cache2").rglob("*.json"))
 
 
 def test_held_out_variants_and_too_long_examples_are_left_out(task):

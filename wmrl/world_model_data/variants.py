@@ -57,10 +57,12 @@ from wmrl.execution.outcome import execute_and_grade
 from wmrl.io import atomic_write_json
 from wmrl.progress import progress_display
 from wmrl.rollout import content_key
+from wmrl.sandbox import ExecutionStalled
 
 MUTATIONS = ("wrong_column", "missing_import", "not_installed", "wrong_file", "crash", "invalid_submission")
 AGENT_MISTAKES = ("foreign_target",)
 REFERENCE = "reference"
+STALL_ATTEMPTS = 3  # tries of an execution the machine held back past its wall limit (ExecutionStalled)
 POLICY_SAMPLE = "policy_sample"
 # Target columns of the bundled tasks' submissions: what a spliced-in ending of another task names.
 _TARGET_NAMES = ("target", "positive", "topic", "digit", "malignant", "label", "had_affair", "party")
@@ -313,7 +315,14 @@ def real_outcomes(variants: list[SolutionVariant], tasks: dict[str, Any], backen
             todo.append(v)
 
     def run(v: SolutionVariant) -> tuple[str, Outcome]:
-        outcome = outcome_of_execution(execute_and_grade(tasks[v.task_id], v.code, backend, limits, work_root))
+        for attempt in range(STALL_ATTEMPTS):  # a machine too busy to run it is no outcome of the program
+            try:
+                executed = execute_and_grade(tasks[v.task_id], v.code, backend, limits, work_root)
+                break
+            except ExecutionStalled:
+                if attempt == STALL_ATTEMPTS - 1:
+                    raise
+        outcome = outcome_of_execution(executed)
         atomic_write_json(cache / f"{v.key}.json", outcome.to_dict())
         return v.key, outcome
 
