@@ -294,6 +294,25 @@ def test_executed_environment_requests_carry_the_submission_coordinates():
         (3, 0, 0, 1, "task-a"), (3, 0, 1, 1, "task-a")]
 
 
+def test_a_batch_waits_for_executions_the_machine_held_back_up_to_their_hard_wall_limit():
+    @dataclass
+    class DeadlineRunner(ScriptedRunner):
+        waited: list[float] = field(default_factory=list)
+
+        def execute(self, requests, timeout_s):
+            self.waited.append(timeout_s)
+            return super().execute(requests, timeout_s)
+
+    launch = LaunchConfig()
+    runners = [DeadlineRunner(), DeadlineRunner()]
+    ExecutedEnvironment(runners[0], "run1", 20.0, launch).evaluate(_subs())
+    ExecutedEnvironment(runners[1], "run1", 20.0, launch, max_wall_factor=4.0).evaluate(_subs())
+    rounds = -(-len(_subs()) // launch.workers)
+    # Every round of workers may take each attempt to the hard wall limit (sandbox.max_wall_factor).
+    assert runners[1].waited[0] >= rounds * launch.max_attempts * 20.0 * 4.0
+    assert runners[0].waited[0] < rounds * launch.max_attempts * 20.0 * 4.0
+
+
 def test_executed_environment_reports_the_workers_measured_seconds_and_score():
     fb = ExecutedEnvironment(ScriptedRunner(), "run1", 20.0, LaunchConfig()).evaluate(_subs())[0]
     assert (fb.score, fb.seconds, fb.valid, fb.text) == (0.5, 7.0, True, "0.5\n")
