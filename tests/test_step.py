@@ -305,12 +305,12 @@ def test_a_batch_waits_for_executions_the_machine_held_back_up_to_their_hard_wal
 
     launch = LaunchConfig()
     runners = [DeadlineRunner(), DeadlineRunner()]
-    ExecutedEnvironment(runners[0], "run1", 20.0, launch).evaluate(_subs())
-    ExecutedEnvironment(runners[1], "run1", 20.0, launch, max_wall_factor=4.0).evaluate(_subs())
+    ExecutedEnvironment(runners[0], "run1", 600.0, launch).evaluate(_subs())
+    ExecutedEnvironment(runners[1], "run1", 600.0, launch, max_wall_factor=4.0).evaluate(_subs())
     rounds = -(-len(_subs()) // launch.workers)
     # Every round of workers may take each attempt to the hard wall limit (sandbox.max_wall_factor).
-    assert runners[1].waited[0] >= rounds * launch.max_attempts * 20.0 * 4.0
-    assert runners[0].waited[0] < rounds * launch.max_attempts * 20.0 * 4.0
+    assert runners[1].waited[0] >= rounds * launch.max_attempts * 600.0 * 4.0
+    assert runners[0].waited[0] < rounds * launch.max_attempts * 600.0 * 4.0
 
 
 def test_executed_environment_reports_the_workers_measured_seconds_and_score():
