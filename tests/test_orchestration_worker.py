@@ -128,6 +128,43 @@ def test_sigterm_releases_the_claim_back_to_the_queue(tmp_path: Path) -> None:
     assert beat["state"] == "exited" and "SIGTERM" in beat["exit_reason"]
 
 
+def children_of(pid: int) -> list[int]:
+    return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+            for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_stop_signal_that_kills_the_solution_first_publishes_no_result(tmp_path: Path, signum: int) -> None:
+    # Slurm signals every process of a step: the solution can die of the preemption a moment before its
+    # worker hears of it (a `--signal=B:USR1@300` forwarded by the coordinator template killed a local
+    # worker's program with exit -10, published as the solution's error, score 0: a resumed run then
+    # trained on it and ended with another digest than an uninterrupted one).
+    run, _ = make_run(tmp_path)
+    Spool(run).enqueue(request(0, "import time; time.sleep(60); print(0.1)"))
+    worker = start_worker(run)
+    solution = wait_for(lambda: children_of(worker.pid))[0]
+    time.sleep(0.3)  # the program is running
+    os.kill(solution, signum)
+    time.sleep(0.2)  # ... and its death is seen before the worker's own signal arrives
+    worker.send_signal(signum)
+    assert worker.wait(timeout=60) == 0
+    assert result_files(run) == []
+    claim = Spool(run).claim_next("next")
+    assert claim is not None and claim.attempt == 0  # back in the queue, as a preempted request
+    beat = read_json(next(run.workers.glob(f"*-{worker.pid}.json")))
+    assert "stopped the execution first" in beat["exit_reason"]
+
+
+def test_a_program_that_signals_itself_is_its_own_outcome(tmp_path: Path) -> None:
+    run, _ = make_run(tmp_path)
+    Spool(run).enqueue(request(0, "import os, signal; os.kill(os.getpid(), signal.SIGUSR1)"))
+    worker = start_worker(run, "--idle-timeout", "5")
+    assert worker.wait(timeout=60) == 0
+    [name] = result_files(run)
+    record = json.loads((run.results / name).read_text())
+    assert record["status"] == "done" and record["score"] == 0.0 and record["outcome"]["exit_code"] == -signal.SIGUSR1
+
+
 def test_worker_exits_when_the_run_ends(tmp_path: Path) -> None:
     run, _ = make_run(tmp_path)
     worker = start_worker(run)

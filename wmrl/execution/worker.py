@@ -9,7 +9,8 @@ One worker is one process (a Slurm array task, or a local subprocess). It
 - while idle, returns expired claims of dead workers to the queue and sweeps old temp files;
 - exits when the run has ended (``ENDED``), after ``idle_timeout_s`` without work, or on
   SIGTERM / SIGUSR1 / SIGINT (Slurm preemption or time limit): then it aborts the running work,
-  puts its claim back in the queue for another worker, and exits 0.
+  puts its claim back in the queue for another worker, and exits 0. Slurm signals every process of
+  the step, so the execution may die of the same signal first: such an outcome is not published.
 """
 
 from __future__ import annotations
@@ -34,11 +35,25 @@ from wmrl.storage.spool import SWEEP_EVERY_S, Claim, LeaseWatch, Spool
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# How long an execution that died of a stop signal waits for this worker's own: Slurm signals every
+# process of a step, the solution's too, and the solution may die (and its result come back) first.
+STOP_SIGNAL_GRACE_S = 2.0
 
 
 class Preempted(BaseException):
     """Raised into the running work function by a stop signal (a BaseException, so that the work
     function's own ``except Exception`` cannot swallow it)."""
+
+
+def died_of_stop_signal(payload: Any) -> bool:
+    """Did the execution behind ``payload`` end by one of STOP_SIGNALS (a negative exit code, or 128 +
+    the signal from a launcher such as bwrap)? ``python_work`` keeps the exit code at the top level,
+    the sandbox's ``ExecutionOutcome`` in ``result``."""
+    if not isinstance(payload, dict):
+        return False
+    result = payload.get("result")
+    code = result.get("exit_code") if isinstance(result, dict) else payload.get("exit_code")
+    return isinstance(code, int) and any(code in (-sig, 128 + sig) for sig in STOP_SIGNALS)
 
 
 def default_worker_id() -> str:
@@ -152,6 +167,10 @@ class Worker:
             self._in_work = True
             payload = self.work(claim.request)
             self._in_work = False
+            if died_of_stop_signal(payload) and self._stop.wait(STOP_SIGNAL_GRACE_S):
+                # The preemption killed the execution before it reached this worker: not the solution's
+                # outcome. The claim goes back to the queue (run() releases it), as if stopped mid-work.
+                raise Preempted(f"{self.exit_reason.removeprefix('stopped by ')}, which stopped the execution first")
             score = check_score(payload.get("score") if isinstance(payload, dict) else None)
             if self.gpu_fraction is not None:  # a slot sharing its GPU: counted at its share (gpu_share.py)
                 payload = {**payload, "gpu_fraction": self.gpu_fraction}

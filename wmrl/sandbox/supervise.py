@@ -125,7 +125,14 @@ def supervise(
     ]
     for t in readers:
         t.start()
-    watch = _watch(proc.pid, selector, limits, disk, start)
+    try:
+        watch = _watch(proc.pid, selector, limits, disk, start)
+    except BaseException:
+        # The supervisor itself is stopping (a worker's Preempted, Ctrl-C): the execution must not
+        # outlive it (in its own session it would run on, orphaned, after the worker left).
+        _kill(proc.pid, selector)
+        proc.wait()
+        raise
     wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(watch.status)
     # Whatever the solution left running (daemons, double forks) dies with it.
