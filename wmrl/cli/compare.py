@@ -69,6 +69,9 @@ def _load_dir(src: Path, args: argparse.Namespace) -> tuple[list[RunRecord], str
     if (src / "sweep.json").exists():
         state = read_json(src / "sweep.json")
         uri, parent = state.get("tracking_uri"), state.get("parent_run_id")
+        if state.get("superseded"):  # `wmrl sweep --rerun`: only the runs that replaced them are compared
+            print(f"{src}: {len(state['superseded'])} superseded run(s) left out: "
+                  f"{', '.join(e['name'] + ' (' + e['why'] + ')' for e in state['superseded'])}", file=sys.stderr)
         if state.get("kind") == "launch":  # trainer runs report to MLflow only: read the parent's children
             if not (uri and parent):
                 raise ConfigError(f"{src} is a launch sweep without an MLflow parent run; its runs cannot be "

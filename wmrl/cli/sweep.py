@@ -1,8 +1,9 @@
-"""``wmrl sweep SPEC [--executor local|slurm] [--max-parallel K] [key=value ...]``: run a sweep.
+"""``wmrl sweep SPEC [--executor local|slurm] [--max-parallel K] [--rerun NAME --why TEXT] [key=value ...]``.
 
 Every run of the spec (``sweeps/*.yaml``, see docs/sweeps.md) gets its own run directory under
 ``RUNS_ROOT/sweeps/NAME/runs/`` and its own MLflow run, a child of the sweep's parent run. Issuing the
-same command again skips finished runs and resumes the rest.
+same command again skips finished runs and resumes the rest; ``--rerun NAME --why TEXT`` runs a run
+again, keeping the old one under ``RUNS_ROOT/sweeps/NAME/superseded/`` (wmrl/sweep/rerun.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from wmrl.cli.args import add_command
 from wmrl.config import load_config
+from wmrl.sweep.rerun import Rerun
 from wmrl.sweep.runner import EXECUTORS, prepare, run_sweep
 from wmrl.sweep.spec import load_spec
 
@@ -27,12 +29,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="local processes or Slurm jobs")
     p.add_argument("--max-parallel", type=int, default=2, metavar="K",
                    help="runs at once (local processes, or Slurm jobs queued+running: the throttle)")
+    p.add_argument("--rerun", action="append", metavar="NAME",
+                   help="run this run again (repeatable): the old one is kept under SWEEP/superseded/ and its "
+                        "MLflow run marked deleted (restorable)")
+    p.add_argument("--why", metavar="TEXT", help="with --rerun: what was wrong with the run (recorded)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
-    prep = prepare(spec, _runs_root(spec, args.overrides), args.executor, tuple(args.overrides))
+    rerun = Rerun.from_args(args.rerun, args.why)
+    prep = prepare(spec, _runs_root(spec, args.overrides), args.executor, tuple(args.overrides), rerun)
     print(f"sweep {spec.name}: {len(spec.runs)} runs in {prep.sweep.root}"
           + (f"; MLflow parent run {prep.parent_run_id}" if prep.parent_run_id else ""), flush=True)
     out = run_sweep(prep, args.executor, args.max_parallel)

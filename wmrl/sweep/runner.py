@@ -26,26 +26,25 @@ from pathlib import Path
 from typing import Any
 
 from wmrl.config import ConfigError, WMRLConfig, as_written_now
-from wmrl.io import atomic_write_json, atomic_write_text, read_json
+from wmrl.io import atomic_write_json, atomic_write_text
 from wmrl.progress import Progress, progress_display
 from wmrl.slurm.client import (
     COORDINATOR,
-    active_tasks,
     check_slurm_available,
     clean_slurm_environment,
     job_states,
     slurm_executor,
 )
 from wmrl.storage.rundir import RunDir, config_mismatch, stored_config_diff
+from wmrl.sweep.rerun import Rerun, link_reruns, supersede
 from wmrl.sweep.simulate_run import compute, log_run
 from wmrl.sweep.spec import SweepSpec, run_config, run_configs
-from wmrl.sweep.state import SweepDir, has_result, is_finished
+from wmrl.sweep.state import SWEEP_JOB, SweepDir, has_result, is_finished, live_job
 from wmrl.sweep.storage import tracking_warning
 from wmrl.tracking.store import experiment_id
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "slurm")
-SWEEP_JOB = "sweep-job.json"
 
 
 @dataclass
@@ -91,8 +90,10 @@ def _parent_run(spec: SweepSpec, sweep: SweepDir, base: WMRLConfig, state: dict[
     return str(run.info.run_id)
 
 
-def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[str, ...] = ()) -> Prepared:
-    """Validate every run's config, open the sweep directory and its parent run, write run configs."""
+def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[str, ...] = (),
+            rerun: Rerun | None = None) -> Prepared:
+    """Validate every run's config, open the sweep directory and its parent run, supersede the runs to
+    run again (``rerun``, wmrl/sweep/rerun.py), write run configs."""
     sweep = SweepDir.for_spec(spec, runs_root)
     base = run_config(spec, spec.runs[0], sweep.runs, extra)  # fails on a bad spec before anything exists
     state, added = sweep.open(spec)
@@ -103,10 +104,12 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
     if spec.kind == "launch":
         own = (*own, f"launch.executor={executor}")
     resolved = run_configs(spec, sweep.runs, own)
-    for name, (cfg, text) in resolved.items():
+    paths: dict[str, Path] = {}
+    for name, (_, text) in resolved.items():
         # simulate: the run directory's config.yaml; launch: the file `wmrl launch` is given (it creates
         # and checks the run directory itself)
         path = sweep.run_path(name) / "config.yaml" if spec.kind == "simulate" else launch_config(sweep, name)
+        paths[name] = path
         # compared as this version writes the stored config: an upgrade that added keys continues the sweep
         if path.name == "config.yaml":
             mismatch = config_mismatch(RunDir(path.parent), text, as_written_now)
@@ -115,9 +118,12 @@ def prepare(spec: SweepSpec, runs_root: str | Path, executor: str, extra: tuple[
             mismatch = None if diff is None else f"{path} exists with a different config ({diff})"
         if mismatch:
             raise ConfigError(f"{spec.source}, run {name} (the spec or the command line changed it): {mismatch}")
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
+    if rerun:  # once every config has been checked, before a simulate run's config.yaml is written anew
+        supersede(sweep, spec, rerun, tracking_uri if base.tracking.enabled else None)
+    for name, (_, text) in resolved.items():
+        if not paths[name].exists():
+            paths[name].parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(paths[name], text)
     if added:
         sweep.extend(spec)
         print(f"sweep {spec.name}: the spec adds {len(added)} run(s): {', '.join(added)}", file=sys.stderr)
@@ -147,6 +153,7 @@ def run_sweep(prep: Prepared, executor: str, max_parallel: int, progress: bool |
             _run_launch(prep, todo, executor, max_parallel, outcome, bar)
     finally:
         bar.close()
+    link_reruns(prep.sweep, prep.configs[names[0]].tracking.uri if prep.tracked else None)
     if prep.parent_run_id and not outcome.failed:
         from mlflow.tracking import MlflowClient
 
@@ -220,22 +227,13 @@ def _submit_simulate_job(prep: Prepared, name: str) -> str:
 # --------------------------------------------------------------------------- the Slurm throttle
 
 
-def _live_job(run: Path) -> str | None:
-    """The job id of this run's job from an earlier issue, if Slurm still has it queued or running."""
-    try:
-        job_id = str(read_json(run / SWEEP_JOB)["job_id"])
-    except (OSError, ValueError, KeyError):
-        return None
-    return job_id if active_tasks([job_id]) else None
-
-
 def _throttled(prep: Prepared, todo: list[str], k: int, outcome: SweepOutcome, bar: Progress,
                submit: Callable[[Prepared, str], str], done: Callable[[str], bool], poll_s: float = 1.0) -> None:
     """At most ``k`` runs queued or running at once; the next is submitted when one ends."""
     in_flight: dict[str, str] = {}
     queue = []
     for name in todo:
-        live = _live_job(prep.path(name))
+        live = live_job(prep.path(name))
         if live:
             in_flight[name] = live  # still queued or running from an earlier issue: wait for it
         else:

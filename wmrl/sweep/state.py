@@ -24,6 +24,7 @@ SWEEP_FILE = "sweep.json"
 RESULT = "result.json"
 MLFLOW_DONE = "mlflow.json"
 MLFLOW_PENDING = "mlflow_run_id"  # a child run being logged (the coordinator's own file name)
+SWEEP_JOB = "sweep-job.json"  # the Slurm job id of a run's job (--executor slurm)
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,14 @@ def is_finished(kind: str, run: Path, tracked: bool) -> bool:
 
 def has_result(run: Path) -> bool:
     return (run / RESULT).exists()
+
+
+def live_job(run: Path) -> str | None:
+    """The job id of this run's job from an earlier issue, if Slurm still has it queued or running."""
+    try:
+        job_id = str(read_json(run / SWEEP_JOB)["job_id"])
+    except (OSError, ValueError, KeyError):
+        return None
+    from wmrl.slurm.client import active_tasks  # Slurm only where a run has had a job
+
+    return job_id if active_tasks([job_id]) else None
