@@ -40,6 +40,11 @@ def test_train_runs_every_step_and_logs_learner_and_calibration_metrics(micro_ru
         # the trainer process's CPU over the step (generation, update: the micro model's torch work)
         assert r["cpu_seconds_learner"] > 0
         assert r["cpu_hours"] == pytest.approx((r["cpu_seconds_learner"] + r["cpu_seconds_execution"]) / 3600)
+    # the audit at the end of warm-up (4 pairs after step 2): its verdict and its two numbers, as the
+    # anchored trainer logs them (null: too few pairs to measure them)
+    audited = [r for r in rows if "audit_ok" in r]
+    assert [r["step"] for r in audited] == [2]
+    assert {"audit_monotonicity_gain", "audit_stationarity_gap"} <= set(audited[0])
     progress = json.loads((micro_run / "progress.json").read_text())
     assert progress["state"] == "finished" and progress["cost_source"] == "measured"
     assert progress["cpu_hours"] == rows[-1]["cpu_hours"]

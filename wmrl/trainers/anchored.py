@@ -41,7 +41,7 @@ from wmrl.step import StepResult
 from wmrl.storage.rundir import RunDir
 from wmrl.tasks.layouts import LoadOptions
 from wmrl.tasks.pool import load_pool, resolve_pool_root
-from wmrl.trainers.common import RunTotals, write_run_plots
+from wmrl.trainers.common import RunTotals, audit_metrics, write_run_plots
 
 COST_SOURCE = "measured"  # seconds recorded by the workers, the world model, the policy and the learner
 @dataclass(frozen=True)
@@ -124,13 +124,9 @@ class AnchoredSimTrainer:
             world_model_env=self.world_model, learner=self.learner, rng=self.rng,
         )
         self.totals.charge(done, learner_cpu_seconds=time.process_time() - cpu_started)
-        audit = {}
-        if report is not None:
-            audit = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,
-                     "audit_stationarity_gap": report.stationarity_gap}
         self.step += 1
         metrics = self._metrics(done)
-        metrics.update({k: (v if math.isfinite(v) else None) for k, v in audit.items()})  # type: ignore[misc]
+        metrics.update(audit_metrics(report))
         return metrics
 
     def _metrics(self, done: StepResult) -> dict[str, float]:

@@ -3,6 +3,7 @@ measured totals and plots."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from wmrl.calibration.audit import AuditReport
 from wmrl.calibration.calibrator import Calibrator
 from wmrl.step import PHASES, StepResult
 from wmrl.tracking.plots import plot_calibration, plot_curves
@@ -98,6 +100,15 @@ class RunTotals:
                    int(data.get("reused_executions", 0)),  # absent from the checkpoints before round 10
                    # absent before round 22: a run resumed from such a checkpoint counts CPU from there on
                    {p: 0.0 for p in CPU_PARTS} | dict(data.get("cpu_seconds") or {}))
+
+
+def audit_metrics(report: AuditReport | None) -> dict[str, float | None]:
+    """What a step's audit adds to its metrics (nothing when the step ran none); undefined numbers None."""
+    if report is None:
+        return {}
+    values = {"audit_ok": float(report.ok), "audit_monotonicity_gain": report.monotonicity_gain,
+              "audit_stationarity_gap": report.stationarity_gap}
+    return {k: (v if math.isfinite(v) else None) for k, v in values.items()}
 
 
 def write_run_plots(cfg: Any, calibrator: Calibrator | None, directory: Path, metrics: list[dict[str, Any]],

@@ -28,7 +28,7 @@ from wmrl.models.cache import built_hash
 from wmrl.step import PHASES, StepResult, step_seconds_key
 from wmrl.storage.rundir import RunDir
 from wmrl.tasks.pool import resolve_pool_root
-from wmrl.trainers.common import RunTotals, write_run_plots
+from wmrl.trainers.common import RunTotals, audit_metrics, write_run_plots
 from wmrl.trainers.llm.assembly import assemble
 from wmrl.trainers.llm.names import COST_SOURCE, EVALS, LEARNER_DIR
 from wmrl.trainers.llm.shared_eval import SHARED_EVALS, shared_evaluation
@@ -93,10 +93,9 @@ class LLMTrainer:
         io_seconds = time.perf_counter() - started
         self.totals.charge(done, {"weight_sync": sync_seconds, "io": io_seconds},
                            learner_cpu_seconds=time.process_time() - cpu_started)
-        audit = {} if report is None else {"audit_ok": float(report.ok)}
         self.step += 1
         metrics.update(self._metrics(done, sync_seconds, io_seconds))
-        metrics.update(audit)
+        metrics.update(audit_metrics(report))
         every = self.cfg.train.eval_every
         last = self.step >= self.total_steps
         started = time.perf_counter()
