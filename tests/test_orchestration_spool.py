@@ -306,7 +306,7 @@ def test_wait_returns_only_what_is_done_by_the_deadline(tmp_path: Path) -> None:
     service.spool.publish(record(reqs[1], 0.3))
     start = time.monotonic()
     done = service.wait([r.request_id for r in reqs], timeout_s=0.5)
-    assert 0.5 <= time.monotonic() - start < 2.0
+    assert 0.5 <= time.monotonic() - start < 10.0  # returns at its deadline (not the requests' 60 s timeouts)
     assert list(done) == [reqs[1].request_id]
 
 

@@ -85,18 +85,25 @@ def test_local_workers_that_left_on_their_idle_timeout_come_back_for_new_work(tm
     assert done[request(0, "").request_id].score == pytest.approx(0.25)
 
 
+def held_until(go: Path, score: float) -> str:
+    """A solution that runs until the test creates ``go`` (however slowly the test gets there), then scores."""
+    return f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)\nprint({score})"
+
+
 def test_worker_killed_mid_execution_loses_its_lease_and_the_request_runs_once_more(tmp_path: Path) -> None:
     run, launch = make_run(tmp_path)
-    req = request(0, "import time; time.sleep(1.0); print(0.7)")
+    go = tmp_path / "go"
+    req = request(0, held_until(go, 0.7))
     service = SpoolExecutionService(run, launch)
     service.submit([req])
     first = start_worker(run)
     try:
         claim = wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
-        time.sleep(0.3)  # mid-execution
+        wait_for(lambda: children_of(first.pid))  # mid-execution
     finally:  # a failed wait must not leave the worker behind
         first.send_signal(signal.SIGKILL)
         first.wait()
+    go.touch()  # the killed worker's orphaned solution finishes now; the rerun finishes at once
     second = start_worker(run, "--idle-timeout", "5")
     try:
         done = service.wait([req.request_id], timeout_s=30)
@@ -145,7 +152,9 @@ def test_a_stop_signal_that_kills_the_solution_first_publishes_no_result(tmp_pat
     solution = wait_for(lambda: children_of(worker.pid))[0]
     time.sleep(0.3)  # the program is running
     os.kill(solution, signum)
-    time.sleep(0.2)  # ... and its death is seen before the worker's own signal arrives
+    # ... and its death is seen (the worker has reaped it) before the worker's own signal arrives, within
+    # the worker's STOP_SIGNAL_GRACE_S (2 s) of it
+    wait_for(lambda: solution not in children_of(worker.pid))
     worker.send_signal(signum)
     assert worker.wait(timeout=60) == 0
     assert result_files(run) == []
@@ -186,13 +195,15 @@ def test_worker_exits_after_the_idle_timeout(tmp_path: Path) -> None:
 
 def test_cancelled_request_in_progress_publishes_no_result(tmp_path: Path) -> None:
     run, launch = make_run(tmp_path)
-    req = request(0, "import time; time.sleep(1.0); print(0.4)")
+    go = tmp_path / "go"
+    req = request(0, held_until(go, 0.4))
     service = SpoolExecutionService(run, launch)
     service.submit([req])
     worker = start_worker(run, "--idle-timeout", "30")
     try:
         wait_for(lambda: [n for n in os.listdir(run.claims) if not n.startswith(".")])
         service.cancel([req.request_id])
+        go.touch()  # the solution could only finish after the cancel
         wait_for(lambda: not os.listdir(run.claims))
     finally:
         worker.send_signal(signal.SIGTERM)

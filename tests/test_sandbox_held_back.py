@@ -99,7 +99,10 @@ while True:
     result = run(backend, code, tmp_path, limits)
     assert result.status == "timeout"
     assert result.extra["held_back_seconds"] > 0.5  # they did wait ...
-    assert result.wall_seconds < 4.0  # ... and were not credited for it
+    # ... and were not credited for it: stopped once their CPU time reached the budget (credited, they
+    # would have run ~8 s of CPU), whatever else shares that CPU on a loaded machine
+    assert result.cpu_seconds < 3.0
+    assert result.wall_seconds < limits.timeout_s * limits.max_wall_factor
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

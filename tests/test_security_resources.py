@@ -81,7 +81,8 @@ def test_infinite_loop_is_killed_at_the_time_limit(world: World) -> None:
     before = snapshot(world.protected)
     result, grade = attack(world, "while True:\n    pass\n", limits(timeout_s=2))
     assert result.status == "timeout"
-    assert 2 <= result.wall_seconds < 2 + GRACE_S
+    # charged its own time (a loaded machine's waits for a CPU are not its: wmrl/sandbox/supervise.py)
+    assert 2 <= result.wall_seconds and result.wall_seconds - result.extra.get("held_back_seconds", 0.0) < 2 + GRACE_S
     assert_contained(world, before, result, grade)
 
 

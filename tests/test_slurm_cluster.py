@@ -119,7 +119,7 @@ def finished_array(
     workdir = tmp_path_factory.mktemp("array")
     script = (
         'date +%s.%N > "stamps_${SLURM_ARRAY_TASK_ID}.start"\n'
-        "sleep 4\n"
+        "sleep 10\n"  # all four must start within it: slurmd launching them on 2 loaded cores takes seconds
         'date +%s.%N > "stamps_${SLURM_ARRAY_TASK_ID}.end"\n'
     )
     job = _sbatch(workdir, script, "--array=0-3", "--job-name=parallel")

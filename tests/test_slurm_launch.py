@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 from launch_support import (
@@ -61,10 +60,8 @@ def test_worker_array_drains_requests_in_parallel_each_result_once(tmp_path):
     try:
         service = SpoolExecutionService(run, cfg.launch)
         requests = _sleepy(run, 60, 0.5)
-        started = time.monotonic()
         service.submit(requests)
         done = service.wait([r.request_id for r in requests], timeout_s=180)
-        wall = time.monotonic() - started
     finally:
         _end(run, array)
     assert set(done) == {r.request_id for r in requests}
@@ -73,7 +70,12 @@ def test_worker_array_drains_requests_in_parallel_each_result_once(tmp_path):
     assert all(r.worker_id.split("-")[1].startswith(f"{array}_") for r in done.values())
     intervals = sorted((r.started_at, r.finished_at) for r in done.values())
     overlap = max(sum(s <= t < f for s, f in intervals) for t, _ in intervals)
-    assert overlap >= 3 and wall < 60 * 0.5 * 0.6  # ran side by side, not one after another
+    # Ran side by side, not one after another: measured over the executions themselves, from the first
+    # start to the last finish (the jobs' start-up, 4 interpreters importing at once on a loaded 2-core
+    # machine, is Slurm's and the machine's time, not the array's): on average more than 2.5 at once.
+    span = max(f for _, f in intervals) - min(s for s, _ in intervals)
+    busy = sum(f - s for s, f in intervals)
+    assert overlap >= 3 and busy / span > 2.5, (overlap, busy, span)
 
 
 def _claimed_by_array_task(service) -> tuple[str, str, str]:

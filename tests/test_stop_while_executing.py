@@ -69,7 +69,7 @@ def test_sigterm_while_the_agent_waits_on_executions_exits_within_kill_wait(tmp_
             proc.kill()
             proc.wait()
     assert rc == 128 + signal.SIGTERM, proc.stderr.read()[-2000:] if proc.stderr else rc
-    assert took < 10.0  # one slice of the wait (5 s), not the batch's deadline
+    assert took < 20.0  # one slice of the wait (5 s) and the exit, well within KillWait; not the batch's deadline
     assert len(list(run.queue.glob("*.json"))) == 2  # still queued: the resumed step finds their results
 
 

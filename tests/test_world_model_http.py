@@ -194,10 +194,18 @@ def test_a_stopping_coordinator_abandons_the_batch_in_flight_and_starts_no_more(
     state["delay"] = 6.0  # each request: 6 s; the batch of 6 at concurrency 2 would take ~18-36 s
     stop = threading.Event()
     env = environment(HTTPBackend(url, "m", 32, concurrency=2, timeout_s=120, retries=3, stop=stop), tmp_path)
-    threading.Timer(1.0, stop.set).start()
-    start = time.monotonic()
+    stopped_at: list[float] = []
+
+    def stop_once_two_are_in_flight() -> None:  # not a timer: a loaded machine may take seconds to send them
+        deadline = time.monotonic() + 60
+        while state["in_flight"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stopped_at.append(time.monotonic())
+        stop.set()
+
+    threading.Thread(target=stop_once_two_are_in_flight, daemon=True).start()
     fbs = env.evaluate([Submission(f"k{i}", "t", CODES[1]) for i in range(6)])
-    assert time.monotonic() - start < 4.0
+    assert stopped_at and time.monotonic() - stopped_at[0] < 3.0  # well before the 6 s answers
     assert all(f.score is None and f.status == "failed" and "Stopped" in f.details["error"] for f in fbs)
     assert state["requests"] == 2  # the two in flight; the other requests never started
     # the abandoned reads end when the server answers (no thread of this test outlives it)
