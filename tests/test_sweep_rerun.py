@@ -84,6 +84,11 @@ def test_rerun_keeps_the_old_run_and_mlflow_and_compare_see_only_the_new_one(tmp
     assert "superseded for this reason already" in again.stdout and "2 already finished" in again.stdout
     assert _mtimes(root / "runs") == after and len(list((root / "superseded").iterdir())) == 1
 
+    status = run_cli([*sweep_argv(spec, tmp_path)[:3], "status", str(root)])
+    assert status.returncode == 0, status.stderr
+    assert "runs       2 finished" in status.stdout
+    assert "superseded grpo_real_s0 at " in status.stdout and f"({WHY}); kept in {note['dir']}" in status.stdout
+
     out = tmp_path / "cmp"
     cmp = run_cli([*sweep_argv(spec, tmp_path)[:3], "compare", str(root), "--out", str(out), "--no-log"])
     assert cmp.returncode == 0, cmp.stderr

@@ -176,3 +176,20 @@ def test_launch_sweep_runs_a_coordinator_that_logs_under_the_parent(tmp_path):
     assert kids["wmrl_w_max=8_s0"][0].data.params["algorithm.w_max"] == "8.0"
     again = run_cli(sweep_argv(spec, tmp_path, "--max-parallel", "1"))
     assert again.returncode == 0 and "0 run(s) finished now, 1 already finished" in again.stdout
+    # `wmrl status SWEEP_DIR`: a line per run, as `wmrl status RUN_DIR` reads it
+    status = run_cli([*sweep_argv(spec, tmp_path)[:3], "status", str(run.parent.parent)])
+    assert status.returncode == 0, status.stderr
+    [line] = [line for line in status.stdout.splitlines() if line.startswith("wmrl_w_max=8_s0")]
+    assert " 2/2 " in line and line.endswith("ended (finished)") and "runs       1 finished" in status.stdout
+
+
+def test_status_of_a_sweep_that_has_not_run_says_so_for_every_run(tmp_path):
+    from wmrl.cli.status import collect_sweep, render_sweep
+
+    spec = write_spec(tmp_path, "name: small\nkind: launch\nconfig: configs/e2e-local.yaml\nseeds: [0, 1]\n"
+                                "groups:\n  - variants: [wmrl, grpo_real]\n")
+    prep = prepare(load_spec(spec), tmp_path, "local", (f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",))
+    info = collect_sweep(prep.sweep.root)
+    assert [r["name"] for r in info["runs"]] == ["wmrl_s0", "grpo_real_s0", "wmrl_s1", "grpo_real_s1"]
+    assert {r["state"] for r in info["runs"]} == {"not started"}
+    assert render_sweep(info).splitlines()[-1] == "runs       4 not started"

@@ -1,10 +1,16 @@
-"""``wmrl status RUN_DIR``: step, queue depth, live workers, last refit, rho, throughput, ETA."""
+"""``wmrl status RUN_DIR``: step, queue depth, live workers, last refit, rho, throughput, ETA.
+
+``wmrl status SWEEP_DIR`` (a directory with ``sweep.json``, from ``wmrl sweep``): one line per run of the
+sweep, each run's state read as ``wmrl status RUN_DIR`` reads it (a simulate run: computed, logged), with
+its step, ETA, calibration and last evaluation; then the counts, and the runs superseded by ``--rerun``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 from wmrl.config import load_config
@@ -22,13 +28,16 @@ from wmrl.storage.health import (
 )
 from wmrl.storage.rundir import RunDir
 from wmrl.storage.spool import Spool
+from wmrl.sweep.state import MLFLOW_DONE, RESULT, SWEEP_FILE, SweepDir, live_job
 from wmrl.tracking.outbox import Outbox
 from wmrl.tracking.run_tracker import MLFLOW_RUN_ID
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("status", help="show a run's progress, queue, workers and calibration")
-    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser = subparsers.add_parser(
+        "status", help="show a run's progress, queue, workers and calibration (or every run of a sweep)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or a sweep directory (sweep.json)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.set_defaults(func=run)
 
@@ -232,7 +241,86 @@ def _count(states: list[str]) -> dict[str, int]:
     return out
 
 
+# --------------------------------------------------------------------------- a sweep
+
+
+def collect_sweep(root: Path) -> dict[str, Any]:
+    """Each run of the sweep in its spec's order: its state as ``collect`` reads it (launch runs) or from
+    its files (simulate runs), and the runs ``--rerun`` superseded."""
+    sweep = SweepDir(root)
+    state = sweep.read() or {}
+    runs = []
+    for name in state.get("runs", []):
+        path = sweep.run_path(name)
+        row: dict[str, Any] = {"name": name}
+        if state.get("kind") == "simulate":
+            row.update(_simulate_row(path))
+        elif not (path / "config.yaml").exists():
+            job = live_job(path)
+            row["state"] = f"queued (Slurm job {job})" if job else "not started"
+        else:
+            info = collect(RunDir.open(path))
+            p = info["progress"]
+            row.update(state=info["state"], step=p.get("step"), total_steps=p.get("total_steps"),
+                       eta_s=p.get("eta_s") if info["state"] == "running" else None, rho=p.get("rho"),
+                       anchor_frac=p.get("anchor_frac"), cpu_hours=p.get("cpu_hours"),
+                       scores={k: v for k, v in (p.get("last_eval") or {}).items()
+                               if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/score")})
+        runs.append(row)
+    return {"sweep_dir": str(root), "name": state.get("name"), "kind": state.get("kind"),
+            "parent_run_id": state.get("parent_run_id"), "tracking_uri": state.get("tracking_uri"),
+            "runs": runs, "superseded": state.get("superseded", [])}
+
+
+def _simulate_row(path: Path) -> dict[str, Any]:
+    if not (path / RESULT).exists():
+        return {"state": "not computed"}
+    try:
+        result = read_json(path / RESULT)
+    except (OSError, ValueError):
+        return {"state": "result unreadable"}
+    logged = (path / MLFLOW_DONE).exists()
+    return {"state": "ended (finished)" if logged else "computed, not logged to MLflow (re-issue the sweep)",
+            "step": len(result.get("history", {}).get("step", [])) or None,
+            "scores": {"final/score": result.get("final_score")}}
+
+
+def render_sweep(info: dict[str, Any]) -> str:
+    rows = info["runs"]
+    width = max([len(r["name"]) for r in rows] + [3])
+    lines = [f"sweep      {info['name']} ({info['kind']}, {len(rows)} runs) in {info['sweep_dir']}"]
+    if info.get("parent_run_id"):
+        lines.append(f"mlflow     parent run {info['parent_run_id']} at {info['tracking_uri']}")
+    lines.append(f"{'run':<{width}}  {'step':>7}  {'rho':>5}  {'anchors':>7}  {'CPU-h':>6}  last evaluation / state")
+    for r in rows:
+        step = f"{r.get('step') or 0}/{r['total_steps']}" if r.get("total_steps") else _fmt(r.get("step"), "d")
+        scores = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in (r.get("scores") or {}).items() if v is not None)
+        eta = f", ETA {format_duration(r['eta_s'])}" if r.get("eta_s") else ""
+        lines.append(f"{r['name']:<{width}}  {step:>7}  {_fmt(r.get('rho'), '.2f'):>5}  "
+                     f"{_fmt(r.get('anchor_frac'), '.0%'):>7}  {_fmt(r.get('cpu_hours'), '.3f'):>6}  "
+                     f"{scores + '; ' if scores else ''}{r['state']}{eta}")
+    counts = _count([_state_kind(r["state"]) for r in rows])
+    lines.append("runs       " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    for e in info["superseded"]:
+        lines.append(f"superseded {e['name']} at {time.strftime('%Y-%m-%d %H:%M', time.gmtime(e['at']))} UTC "
+                     f"({e['why']}); kept in {e['dir']}")
+    return "\n".join(lines)
+
+
+def _state_kind(state: str) -> str:
+    """A run's state without its details, to count the sweep's runs by: finished, DEAD, running, ..."""
+    if state == "ended (finished)":
+        return "finished"
+    if state.startswith("ended"):
+        return "ended otherwise"
+    return re.split(r"[:(]", state, maxsplit=1)[0].strip()
+
+
 def run(args: argparse.Namespace) -> int:
+    if (Path(args.run_dir) / SWEEP_FILE).exists():
+        info = collect_sweep(Path(args.run_dir).absolute())
+        print(json.dumps(info, indent=1, default=str) if args.json else render_sweep(info))
+        return 0
     run_dir = RunDir.open(args.run_dir)  # not there: main() says so and exits 2
     info = collect(run_dir)
     print(json.dumps(info, indent=1, default=str) if args.json else render(info))
