@@ -80,6 +80,14 @@ def test_remote_holder_lock_is_taken_over_only_once_stale(tmp_path: Path) -> Non
     assert time.monotonic() - killed_at >= stale_s - age_at_kill - 0.1
 
 
+def test_a_heartbeat_slower_than_half_the_stale_time_is_refused(tmp_path: Path) -> None:
+    # renewed every 10 s but stale after 5 s: a contender 6 s late would break a live holder's lock
+    with pytest.raises(ValueError, match=r"heartbeat_s=10.0 must be in \(0, stale_s / 2 = 2.5\]"):
+        RunLock(tmp_path / "RUN_LOCK", stale_s=5.0, heartbeat_s=10.0)
+    assert RunLock(tmp_path / "RUN_LOCK", stale_s=5.0).heartbeat_s == 1.25  # the default follows stale_s
+    assert RunLock(tmp_path / "RUN_LOCK").heartbeat_s == 10.0
+
+
 def test_requeued_slurm_job_takes_over_its_own_fresh_lock(tmp_path: Path) -> None:
     path = tmp_path / "RUN_LOCK"
     first = RunLock(path, heartbeat_s=0.1,
@@ -110,7 +118,10 @@ def test_other_slurm_job_does_not_take_over_a_fresh_lock(tmp_path: Path) -> None
 CONTENDER = (
     "import sys, dataclasses\n"
     "from wmrl.storage.lock import RunLock, LockOwner, RunLockHeld\n"
-    "lock = RunLock(sys.argv[1], stale_s=5.0, owner=dataclasses.replace(LockOwner.current(), host='node-x'))\n"
+    # stale after 60 s, renewed every 10 s (the config's rule: at most half): a winner's fresh lock is never
+    # stale to a contender that a loaded machine ran seconds late (stale_s=5 with the 10 s heartbeat let
+    # one break the winner's lock: two winners)
+    "lock = RunLock(sys.argv[1], stale_s=60.0, owner=dataclasses.replace(LockOwner.current(), host='node-x'))\n"
     "sys.stdin.readline()\n"
     "try:\n"
     "    lock.acquire(); print('won', lock.owner.token, flush=True)\n"

@@ -80,8 +80,14 @@ def pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    def __init__(self, path: Path, stale_s: float = 120.0, heartbeat_s: float = 10.0,
+    def __init__(self, path: Path, stale_s: float = 120.0, heartbeat_s: float | None = None,
                  owner: LockOwner | None = None, on_lost: Callable[[str], None] | None = None) -> None:
+        # A heartbeat at most half of stale_s (the config's rule for launch.timing.lock_*): slower, a live
+        # holder's lock would look stale between two beats and a contender could break it (two holders).
+        if heartbeat_s is None:
+            heartbeat_s = min(10.0, stale_s / 4)
+        if not 0 < heartbeat_s <= stale_s / 2:
+            raise ValueError(f"run lock heartbeat_s={heartbeat_s} must be in (0, stale_s / 2 = {stale_s / 2}]")
         self.path = Path(path)
         self.stale_s = stale_s
         self.heartbeat_s = heartbeat_s
