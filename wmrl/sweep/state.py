@@ -105,6 +105,7 @@ def live_job(run: Path) -> str | None:
         job_id = str(read_json(run / SWEEP_JOB)["job_id"])
     except (OSError, ValueError, KeyError):
         return None
-    from wmrl.slurm.client import active_tasks  # Slurm only where a run has had a job
+    # squeue (wmrl.slurm.client, which imports the execution layer) only where a run has had a job
+    from wmrl.slurm.client import active_tasks
 
     return job_id if active_tasks([job_id]) else None
