@@ -167,10 +167,14 @@ class Worker:
             self._in_work = True
             payload = self.work(claim.request)
             self._in_work = False
-            if died_of_stop_signal(payload) and self._stop.wait(STOP_SIGNAL_GRACE_S):
-                # The preemption killed the execution before it reached this worker: not the solution's
-                # outcome. The claim goes back to the queue (run() releases it), as if stopped mid-work.
-                raise Preempted(f"{self.exit_reason.removeprefix('stopped by ')}, which stopped the execution first")
+            if died_of_stop_signal(payload):
+                log.info("%s ended by a stop signal: waiting up to %g s for this worker's own (a preemption)",
+                         rid, STOP_SIGNAL_GRACE_S)
+                if self._stop.wait(STOP_SIGNAL_GRACE_S):
+                    # The preemption killed the execution before it reached this worker: not the solution's
+                    # outcome. The claim goes back to the queue (run() releases it), as if stopped mid-work.
+                    raise Preempted(
+                        f"{self.exit_reason.removeprefix('stopped by ')}, which stopped the execution first")
             score = check_score(payload.get("score") if isinstance(payload, dict) else None)
             if self.gpu_fraction is not None:  # a slot sharing its GPU: counted at its share (gpu_share.py)
                 payload = {**payload, "gpu_fraction": self.gpu_fraction}
