@@ -184,11 +184,8 @@ def _retire_mlflow_run(tracking_uri: str, run_id: str, entry: dict[str, Any]) ->
         client.set_tag(run_id, "wmrl.superseded_at", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(entry["at"])))
         client.set_tag(run_id, "wmrl.superseded_dir", entry["dir"])
         client.delete_run(run_id)
-    except MlflowException as err:
-        if err.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return  # the store no longer has it (a new store): nothing to retire
-        raise ConfigError(f"--rerun {entry['name']}: could not retire its MLflow run {run_id} at {tracking_uri} "
-                          f"({err}); nothing was moved") from None
     except Exception as err:  # noqa: BLE001 - e.g. a tracking server that cannot be reached
+        if isinstance(err, MlflowException) and err.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return  # the store no longer has it (a new store): nothing to retire
         raise ConfigError(f"--rerun {entry['name']}: could not retire its MLflow run {run_id} at {tracking_uri} "
                           f"({type(err).__name__}: {err}); nothing was moved") from None
